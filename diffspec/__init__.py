@@ -1,0 +1,15 @@
+"""diffspec: speculative and forecast acceleration for diffusers and transformers generation.
+
+Example:
+    >>> from diffspec import SpeculativePipeline  # doctest: +SKIP
+    >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
+    >>> images = spec(class_labels=[0, 1, 2], num_inference_steps=50).images  # doctest: +SKIP
+"""
+
+from .api import MethodInfo, SpeculativePipeline, methods
+from .config import ForecastConfig, MethodConfig
+from .stats import SpecStats
+
+__version__ = "0.1.0"
+
+__all__ = ["ForecastConfig", "MethodConfig", "MethodInfo", "SpecStats", "SpeculativePipeline", "methods", "__version__"]

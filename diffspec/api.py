@@ -1,0 +1,233 @@
+"""The one entry point: ``SpeculativePipeline`` and the method registry."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from .config import ForecastConfig, MethodConfig
+from .stats import SpecStats
+
+FAMILIES = ("diffusion", "ar_image", "multimodal")
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """One registry entry (see :func:`methods`)."""
+
+    name: str
+    family: str
+    exact: bool
+    config_class: type[MethodConfig] | None
+    status: str  # "available" or "planned"
+    pipeline: str | None  # "module:Class" implementing it, once available
+    description: str
+
+
+def _info(cfg: type[MethodConfig], pipeline: str, description: str) -> MethodInfo:
+    return MethodInfo(cfg.method, cfg.family, cfg.exact, cfg, "available", pipeline, description)
+
+
+def _planned(name: str, family: str, exact: bool, description: str) -> MethodInfo:
+    return MethodInfo(name, family, exact, None, "planned", None, description)
+
+
+_REGISTRY: dict[str, MethodInfo] = {
+    m.name: m
+    for m in (
+        _info(ForecastConfig, "diffspec.pipelines.forecast:ForecastPipeline", "fixed-interval Taylor forecasting"),
+        _planned("speca", "diffusion", False, "Taylor forecasting gated by a last-block verifier"),
+        _planned("coupling", "diffusion", True, "multi-step speculative sampling, reflection maximal coupling"),
+        _planned("autospec", "diffusion", True, "exchangeability autospeculation (ASD) for DDPM samplers"),
+        _planned("sjd", "ar_image", True, "speculative Jacobi decoding"),
+        _planned("mc-sjd", "ar_image", True, "SJD with maximal coupling of successive draws"),
+        _planned("gsd", "ar_image", False, "grouped speculative decoding"),
+        _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
+        _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
+        _planned("draft", "multimodal", True, "classic speculative decoding with a draft model"),
+        _planned("text-draft", "multimodal", True, "VLM drafter without vision"),
+        _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),
+        _planned("self-draft", "multimodal", True, "layer-skip / sparse-KV self drafting"),
+        _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
+        _planned("relaxed-codec", "multimodal", False, "relaxed acceptance for speech codec tokens"),
+    )
+}
+
+
+def methods(family: str | None = None, *, available_only: bool = False) -> list[MethodInfo]:
+    """The registered methods (name, family, exact/relaxed, config class, status).
+
+    Example:
+        >>> [m.name for m in methods("diffusion", available_only=True)]
+        ['taylor']
+    """
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not supported: choose one of {', '.join(FAMILIES)}")
+    return [
+        m
+        for m in _REGISTRY.values()
+        if (family is None or m.family == family) and (not available_only or m.status == "available")
+    ]
+
+
+def target_family(target: Any) -> str | None:
+    """The method family a target belongs to, or None if diffspec does not know it."""
+    try:
+        from diffusers import DiffusionPipeline
+
+        if isinstance(target, DiffusionPipeline):
+            return "diffusion"
+    except ImportError:  # pragma: no cover - diffusers is a hard dependency
+        pass
+    try:
+        from transformers import PreTrainedModel
+
+        if isinstance(target, PreTrainedModel):
+            return "multimodal"
+    except ImportError:  # pragma: no cover
+        pass
+    return None
+
+
+def resolve_config(method: str | MethodConfig, overrides: dict[str, Any]) -> tuple[MethodInfo, MethodConfig]:
+    """Turn a method name or config (plus overrides) into its registry entry and a validated config."""
+    if isinstance(method, MethodConfig):
+        info = _REGISTRY[type(method).method]
+        return info, method.replace(**overrides) if overrides else method
+    if not isinstance(method, str) or method not in _REGISTRY:
+        names = ", ".join(m.name for m in methods(available_only=True))
+        raise ValueError(f"unknown method {method!r}; available methods: {names} (see diffspec.methods())")
+    info = _REGISTRY[method]
+    if info.config_class is None:
+        raise ValueError(
+            f"method {method!r} ({info.family}) is planned but not implemented yet; available: "
+            f"{', '.join(m.name for m in methods(available_only=True))}"
+        )
+    return info, info.config_class().replace(**overrides)
+
+
+class SpeculativePipeline:
+    """Wraps a pipeline with a diffspec method; call it exactly like the wrapped pipeline.
+
+    It is a composition wrapper: ``spec.pipe`` is the original pipeline and any attribute not
+    defined here is forwarded to it. ``spec.stats`` holds the :class:`SpecStats` of the last
+    call (also attached to the output as ``.spec_stats``).
+
+    Example:
+        >>> from diffusers import DiffusionPipeline  # doctest: +SKIP
+        >>> pipe = DiffusionPipeline.from_pretrained("diffspec/weights/tiny-dit")  # doctest: +SKIP
+        >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", interval=4)  # doctest: +SKIP
+        >>> images = spec(class_labels=[0, 1], num_inference_steps=50).images  # doctest: +SKIP
+        >>> spec.stats.full_steps, spec.stats.forecast_steps  # doctest: +SKIP
+        >>> spec.disable()  # the pipe behaves exactly as before  # doctest: +SKIP
+    """
+
+    family: ClassVar[str] = ""
+
+    def __init__(self, pipe: Any, config: MethodConfig) -> None:
+        self.pipe = pipe
+        self.config = config
+        self.stats = SpecStats(method=config.method)
+        self.enabled = False
+
+    # ------------------------------------------------------------------ factories
+    @classmethod
+    def from_pipe(cls, target: Any, method: str | MethodConfig = "taylor", **overrides: Any) -> SpeculativePipeline:
+        """Wrap an existing pipeline/model with ``method`` (a registry name or a config).
+
+        Raises:
+            ValueError: unknown method, a method of another family than the target, a method
+                not implemented yet, an unsupported target, or a bad config value.
+        """
+        family = target_family(target)
+        if family is None:
+            raise ValueError(
+                f"unsupported target {type(target).__name__}: diffspec wraps diffusers DiffusionPipeline "
+                "objects with a transformer (DiT, PixArt, SD3, Flux) for the diffusion methods "
+                f"({', '.join(m.name for m in methods('diffusion', available_only=True))})"
+            )
+        name = method.method if isinstance(method, MethodConfig) else method
+        info = _REGISTRY.get(name) if isinstance(name, str) else None
+        if info is not None and info.family != family:
+            raise ValueError(
+                f"method {name!r} is a {info.family} method but the target is a {family} target "
+                f"({type(target).__name__}); methods for it: "
+                f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
+            )
+        info, config = resolve_config(method, overrides)
+        module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]
+        impl = getattr(importlib.import_module(module), cls_name)
+        return impl.wrap(target, config)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        method: str | MethodConfig = "taylor",
+        *,
+        torch_dtype: torch.dtype | None = None,
+        device: str | torch.device | None = None,
+        **overrides: Any,
+    ) -> SpeculativePipeline:
+        """Load a diffusers pipeline folder (or a shipped name such as ``"tiny-dit"``) and wrap it.
+
+        Example:
+            >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
+        """
+        from diffusers import DiffusionPipeline
+
+        from .models import resolve_model_path
+
+        folder = resolve_model_path(str(path))
+        if not (folder / "model_index.json").is_file():
+            raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+        kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
+        pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
+        if device is not None:
+            pipe = pipe.to(device)
+        return cls.from_pipe(pipe, method, **overrides)
+
+    @classmethod
+    def wrap(cls, target: Any, config: MethodConfig) -> SpeculativePipeline:
+        """Build the family implementation (overridden by each implementation)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ behaviour
+    def enable(self) -> None:
+        """Re-attach the method after :meth:`disable`."""
+        self.enabled = True
+
+    def disable(self) -> None:
+        """Detach the method: the wrapped pipeline behaves bit for bit as if never wrapped."""
+        self.enabled = False
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        return self.pipe(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped pipeline with the method applied; same signature as the pipeline."""
+        self.stats.reset()
+        start = time.perf_counter()
+        out = self._run(*args, **kwargs) if self.enabled else self.pipe(*args, **kwargs)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        self.stats.wall_s = time.perf_counter() - start
+        try:
+            out.spec_stats = self.stats
+        except AttributeError:  # tuples (return_dict=False) cannot carry it
+            pass
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pipe":  # not set yet (during unpickling / init)
+            raise AttributeError(name)
+        return getattr(self.pipe, name)
+
+    def __repr__(self) -> str:
+        state = "enabled" if self.enabled else "disabled"
+        return f"SpeculativePipeline({type(self.pipe).__name__}, {self.config!r}, {state})"

@@ -1,0 +1,179 @@
+"""Random-weight diffusers transformers from configs, tiny (tests) or real size (GPU benchmarks).
+
+Speed does not depend on weight values, so real-size architectures with random weights give
+honest timings without a model hub; quality is measured on the trained ``tiny-dit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """How to build one transformer and feed it (latent shape, conditioning)."""
+
+    name: str
+    family: str  # dit | pixart | sd3 | flux
+    config: dict[str, Any]
+    latent_hw: int  # latent height = width
+    text_tokens: int = 0
+
+
+SPECS: dict[str, TransformerSpec] = {
+    # real-size architectures (GPU benchmarks)
+    "dit-xl-2-256": TransformerSpec(
+        "dit-xl-2-256", "dit",
+        dict(num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8, num_layers=28,
+             sample_size=32, patch_size=2, num_embeds_ada_norm=1000),
+        32,
+    ),
+    "pixart-1024": TransformerSpec(
+        "pixart-1024", "pixart",
+        dict(num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8, num_layers=28,
+             sample_size=128, patch_size=2, cross_attention_dim=1152, caption_channels=4096,
+             norm_type="ada_norm_single", use_additional_conditions=False),
+        128, 120,
+    ),
+    "sd3-1024": TransformerSpec(
+        "sd3-1024", "sd3",
+        dict(sample_size=128, patch_size=2, in_channels=16, num_layers=24, attention_head_dim=64,
+             num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
+             pooled_projection_dim=2048, out_channels=16),
+        128, 333,
+    ),
+    "flux-1024": TransformerSpec(
+        "flux-1024", "flux",
+        dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+             num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+             guidance_embeds=True, axes_dims_rope=(16, 56, 56)),
+        64, 512,
+    ),
+    # tiny configs (tests, CPU)
+    "tiny-dit-random": TransformerSpec(
+        "tiny-dit-random", "dit",
+        dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, num_layers=3,
+             sample_size=8, patch_size=2, num_embeds_ada_norm=1000),
+        8,
+    ),
+    "tiny-pixart": TransformerSpec(
+        "tiny-pixart", "pixart",
+        dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, num_layers=3,
+             sample_size=8, patch_size=2, cross_attention_dim=32, caption_channels=24,
+             norm_type="ada_norm_single", use_additional_conditions=False),
+        8, 6,
+    ),
+    "tiny-sd3": TransformerSpec(
+        "tiny-sd3", "sd3",
+        dict(sample_size=8, patch_size=2, in_channels=4, num_layers=3, attention_head_dim=16,
+             num_attention_heads=2, joint_attention_dim=24, caption_projection_dim=32,
+             pooled_projection_dim=16, out_channels=4),
+        8, 6,
+    ),
+    "tiny-flux": TransformerSpec(
+        "tiny-flux", "flux",
+        dict(patch_size=1, in_channels=8, num_layers=2, num_single_layers=3, attention_head_dim=16,
+             num_attention_heads=2, joint_attention_dim=24, pooled_projection_dim=16,
+             guidance_embeds=False, axes_dims_rope=(4, 6, 6)),
+        4, 6,
+    ),
+}
+
+
+def build_transformer(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                      device: str | torch.device = "cpu") -> nn.Module:
+    """A random-weight transformer of the named spec (see :data:`SPECS`)."""
+    from diffusers import (
+        DiTTransformer2DModel,
+        FluxTransformer2DModel,
+        PixArtTransformer2DModel,
+        SD3Transformer2DModel,
+    )
+
+    if name not in SPECS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SPECS)}")
+    spec = SPECS[name]
+    cls = {"dit": DiTTransformer2DModel, "pixart": PixArtTransformer2DModel, "sd3": SD3Transformer2DModel,
+           "flux": FluxTransformer2DModel}[spec.family]
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = cls(**spec.config)
+    if dtype != torch.float32:
+        from diffusers.utils import logging as diffusers_logging
+
+        level = diffusers_logging.get_verbosity()
+        diffusers_logging.set_verbosity_error()  # its fp32-modules note does not apply to random weights
+        model = model.to(dtype)
+        diffusers_logging.set_verbosity(level)
+    return model.eval()
+
+
+def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = torch.float32,
+              device: str | torch.device = "cpu") -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """Initial latents and ``call(model, latents, t) -> prediction`` with fixed random conditioning.
+
+    ``t`` is a scalar tensor in the model's own timestep units (DiT/PixArt: 0..999; SD3: 0..1000;
+    Flux: sigma in 0..1).
+    """
+    spec = SPECS[name]
+    g = torch.Generator("cpu").manual_seed(seed)
+    cfg = spec.config
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+    hw = spec.latent_hw
+    if spec.family == "flux":
+        latents = rand(batch, hw * hw, cfg["in_channels"])
+        text = rand(batch, spec.text_tokens, cfg["joint_attention_dim"])
+        pooled = rand(batch, cfg["pooled_projection_dim"])
+        img_ids = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(hw.__float__()), torch.arange(hw.__float__()), indexing="ij"),
+                              -1).reshape(-1, 3).to(device=device, dtype=dtype)
+        txt_ids = torch.zeros(spec.text_tokens, 3, device=device, dtype=dtype)
+        guidance = torch.full((batch,), 3.5, device=device, dtype=dtype) if cfg.get("guidance_embeds") else None
+
+        def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
+                         timestep=t.expand(x.shape[0]).to(dtype), img_ids=img_ids, txt_ids=txt_ids,
+                         guidance=guidance, return_dict=False)[0]
+
+        return latents, call
+
+    latents = rand(batch, cfg["in_channels"], hw, hw)
+    if spec.family == "dit":
+        labels = torch.randint(0, 10, (batch,), generator=g).to(device)
+
+        def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            out = model(x, timestep=t.expand(x.shape[0]), class_labels=labels, return_dict=False)[0]
+            return out[:, : x.shape[1]]
+
+        return latents, call
+    if spec.family == "pixart":
+        text = rand(batch, spec.text_tokens, cfg["caption_channels"])
+
+        def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            out = model(x, encoder_hidden_states=text, timestep=t.expand(x.shape[0]),
+                        added_cond_kwargs={"resolution": None, "aspect_ratio": None}, return_dict=False)[0]
+            return out[:, : x.shape[1]]
+
+        return latents, call
+    text = rand(batch, spec.text_tokens, cfg["joint_attention_dim"])
+    pooled = rand(batch, cfg["pooled_projection_dim"])
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
+                     timestep=t.expand(x.shape[0]), return_dict=False)[0]
+
+    return latents, call
+
+
+def timesteps_for(name: str, steps: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """A decreasing schedule in the model's timestep units (uniform; enough for timing loops)."""
+    if SPECS[name].family == "flux":
+        return torch.linspace(1.0, 1.0 / steps, steps, device=device)
+    return torch.linspace(999, 0, steps, device=device).round()

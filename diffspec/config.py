@@ -1,0 +1,122 @@
+"""Typed, validated method configurations.
+
+Every method has a frozen dataclass config. Validation happens in ``__post_init__`` and the
+error message names the field, the bad value and the allowed range, so a user can fix a call
+without reading the source.
+
+Example:
+    >>> from diffspec import ForecastConfig
+    >>> cfg = ForecastConfig(interval=4, order=2)
+    >>> cfg.replace(order=1).order
+    1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int in ``[lo, hi]`` (``hi=None``: unbounded)."""
+    upper = "inf" if hi is None else str(hi)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} must be an integer in [{lo}, {upper}]")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name}={value!r} is out of range: allowed [{lo}, {upper}]")
+
+
+def check_float(name: str, value: Any, lo: float, hi: float = math.inf, *, lo_open: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a real number in ``[lo, hi]`` (or ``(lo, hi]``)."""
+    bracket = "(" if lo_open else "["
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{name}={value!r} must be a number in {bracket}{lo}, {hi}]")
+    if value > hi or value < lo or (lo_open and value == lo):
+        raise ValueError(f"{name}={value!r} is out of range: allowed {bracket}{lo}, {hi}]")
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not supported: choose one of {', '.join(map(repr, choices))}")
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method config: registry metadata plus ``replace``/``to_dict``."""
+
+    method: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    exact: ClassVar[bool] = False
+
+    def replace(self, **overrides: Any) -> MethodConfig:
+        """Return a copy with ``overrides`` applied (validated again).
+
+        Raises:
+            ValueError: if an override names no field of this config.
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} has no field(s) {', '.join(unknown)}; fields are: {', '.join(sorted(names))}"
+            )
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict view (JSON-serialisable), including the method name."""
+        return {"method": self.method, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class ForecastConfig(MethodConfig):
+    """Fixed-interval Taylor forecasting of DiT block outputs (method ``taylor``).
+
+    After ``warmup`` full steps, one full step is computed every ``interval`` steps; the steps
+    in between run no transformer block at all: the output of each block list is forecast from
+    the last ``order + 1`` full steps by polynomial extrapolation (differences taken in fp32).
+
+    Args:
+        order: polynomial order of the forecast (0 = reuse the last full step).
+        interval: a full step every ``interval`` steps after warmup (1 = never forecast).
+        warmup: leading steps that always run in full.
+        last_step_full: always compute the final step in full.
+        form: ``"newton"`` (exact divided differences through the anchors at their true
+            spacing) or ``"taylor"`` (TaylorSeer's recursion, which divides higher levels by the
+            latest gap only; bit-compatible with the reference code).
+        abscissa: ``"index"`` (step index, as the papers) or ``"sigma"`` (the ``timestep`` value
+            the transformer receives, so non-uniform schedules are extrapolated at their spacing).
+        granularity: what is forecast. ``"block"``: the residual of each block list, so a
+            forecast step skips every block.
+
+    Example:
+        >>> cfg = ForecastConfig(order=2, interval=4)
+        >>> cfg.method
+        'taylor'
+    """
+
+    method: ClassVar[str] = "taylor"
+    family: ClassVar[str] = "diffusion"
+    exact: ClassVar[bool] = False
+
+    order: int = 1
+    interval: int = 5
+    warmup: int = 3
+    last_step_full: bool = True
+    form: str = "newton"
+    abscissa: str = "index"
+    granularity: str = "block"
+
+    def __post_init__(self) -> None:
+        check_int("order", self.order, 0, 8)
+        check_int("interval", self.interval, 1, 1000)
+        check_int("warmup", self.warmup, 1, 10_000)
+        if not isinstance(self.last_step_full, bool):
+            raise ValueError(f"last_step_full={self.last_step_full!r} must be True or False")
+        check_choice("form", self.form, ("newton", "taylor"))
+        check_choice("abscissa", self.abscissa, ("index", "sigma"))
+        check_choice("granularity", self.granularity, ("block",))

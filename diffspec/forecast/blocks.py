@@ -1,0 +1,122 @@
+"""Finding the transformer blocks of a diffusers model and reading/writing their streams."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+# (hidden index, encoder index) in the tuple a block returns; blocks that return a plain tensor
+# need no entry. Mirrors diffusers' private TransformerBlockRegistry, which is used as fallback.
+BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
+    "JointTransformerBlock": (1, 0),  # SD3 / SD3.5
+    "FluxTransformerBlock": (1, 0),
+    "FluxSingleTransformerBlock": (1, 0),
+    "Flux2TransformerBlock": (1, 0),
+    "QwenImageTransformerBlock": (1, 0),
+    "CogVideoXBlock": (0, 1),
+    "CogView4TransformerBlock": (0, 1),
+    "HunyuanVideoTransformerBlock": (0, 1),
+    "HunyuanVideoSingleTransformerBlock": (0, 1),
+    "HunyuanImageTransformerBlock": (0, 1),
+    "HunyuanImageSingleTransformerBlock": (0, 1),
+    "MochiTransformerBlock": (0, 1),
+}
+
+SUPPORTED_TRANSFORMERS = (
+    "DiTTransformer2DModel",
+    "PixArtTransformer2DModel",
+    "SD3Transformer2DModel",
+    "FluxTransformer2DModel",
+)
+"""Transformers tested with block forecasting (others with discoverable blocks usually work)."""
+
+
+def find_block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The model's lists of repeated transformer blocks, in execution (registration) order.
+
+    Uses ``model._repeated_blocks`` (class names) when the model declares it, else the longest
+    direct ``nn.ModuleList`` child whose items share one class.
+
+    Raises:
+        ValueError: if no block list can be found.
+    """
+    repeated = set(getattr(model, "_repeated_blocks", None) or ())
+    lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    if repeated:
+        found = [(n, m) for n, m in lists if all(type(b).__name__ in repeated for b in m)]
+        if found:
+            return found
+    uniform = [(n, m) for n, m in lists if len({type(b) for b in m}) == 1]
+    if not uniform:
+        raise ValueError(
+            f"could not find the transformer blocks of {type(model).__name__}: it declares no "
+            "_repeated_blocks and has no nn.ModuleList of same-class blocks. Supported transformers: "
+            f"{', '.join(SUPPORTED_TRANSFORMERS)}."
+        )
+    return [max(uniform, key=lambda nm: len(nm[1]))]
+
+
+def output_layout(block: nn.Module) -> tuple[int, int | None] | None:
+    """``(hidden_index, encoder_index)`` of a tuple-returning block, or None if unknown."""
+    name = type(block).__name__
+    if name in BLOCK_OUTPUT_LAYOUTS:
+        return BLOCK_OUTPUT_LAYOUTS[name]
+    try:  # diffusers' private registry, when this version has the class registered
+        from diffusers.hooks._helpers import TransformerBlockRegistry
+
+        meta = TransformerBlockRegistry.get(type(block))
+        return meta.return_hidden_states_index, meta.return_encoder_hidden_states_index
+    except Exception:
+        return None
+
+
+@dataclass
+class BlockIO:
+    """Reads the hidden / encoder inputs of one block call and packs outputs in its layout."""
+
+    block_name: str
+    param_index: dict[str, int]
+    layout: tuple[int, int | None] | None
+    returns_tensor: bool | None = None  # learnt at the first full call
+    tuple_len: int = 2
+
+    @classmethod
+    def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
+        params = list(inspect.signature(forward).parameters)
+        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block))
+
+    def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
+        if name in kwargs:
+            return kwargs[name]
+        i = self.param_index.get(name)
+        return args[i] if i is not None and i < len(args) else None
+
+    def split_output(self, out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(hidden, encoder)`` of a block's output; learns the output form on first use."""
+        if isinstance(out, torch.Tensor):
+            self.returns_tensor = True
+            return out, None
+        if not isinstance(out, (tuple, list)) or self.layout is None:
+            raise ValueError(
+                f"block {self.block_name} returns {type(out).__name__} with an unknown layout; add its "
+                "(hidden_index, encoder_index) to diffspec.forecast.blocks.BLOCK_OUTPUT_LAYOUTS"
+            )
+        self.returns_tensor = False
+        self.tuple_len = len(out)
+        h_i, e_i = self.layout
+        return out[h_i], (out[e_i] if e_i is not None else None)
+
+    def pack(self, hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
+        """Build an output in the block's own layout."""
+        if self.returns_tensor:
+            return hidden
+        out: list[Any] = [None] * self.tuple_len
+        h_i, e_i = self.layout  # type: ignore[misc]
+        out[h_i] = hidden
+        if e_i is not None:
+            out[e_i] = encoder
+        return tuple(out)

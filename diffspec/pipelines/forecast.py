@@ -1,0 +1,56 @@
+"""Forecast methods on diffusers DiT pipelines (``taylor``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import SpeculativePipeline
+from ..config import ForecastConfig, MethodConfig
+from ..forecast.blocks import SUPPORTED_TRANSFORMERS
+from ..forecast.hooks import ForecastHooks
+
+
+def _num_steps(pipe: Any) -> int | None:
+    timesteps = getattr(pipe.scheduler, "timesteps", None)
+    return len(timesteps) if timesteps is not None else None
+
+
+class ForecastPipeline(SpeculativePipeline):
+    """A diffusers pipeline whose transformer forecasts block outputs on most steps.
+
+    Example:
+        >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", interval=5)  # doctest: +SKIP
+        >>> out = spec(class_labels=[1], num_inference_steps=50)  # doctest: +SKIP
+        >>> out.spec_stats.forecast_steps  # doctest: +SKIP
+    """
+
+    family = "diffusion"
+
+    def __init__(self, pipe: Any, config: ForecastConfig) -> None:
+        super().__init__(pipe, config)
+        self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=lambda: _num_steps(pipe))
+        self.enable()
+
+    @classmethod
+    def wrap(cls, target: Any, config: MethodConfig) -> ForecastPipeline:
+        transformer = getattr(target, "transformer", None)
+        if transformer is None:
+            raise ValueError(
+                f"{type(target).__name__} has no `transformer` component (UNet pipelines are not supported "
+                f"by {config.method!r}); supported transformers: {', '.join(SUPPORTED_TRANSFORMERS)}"
+            )
+        if not isinstance(config, ForecastConfig):
+            raise ValueError(f"{type(config).__name__} is not a forecast config")
+        return cls(target, config)
+
+    def enable(self) -> None:
+        self.hooks.attach()
+        super().enable()
+
+    def disable(self) -> None:
+        self.hooks.detach()
+        super().disable()
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        self.hooks.reset()
+        return self.pipe(*args, **kwargs)
