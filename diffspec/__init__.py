@@ -8,8 +8,19 @@ Example:
 
 from .api import MethodInfo, SpeculativePipeline, methods
 from .config import ForecastConfig, MethodConfig
+from .progress import disable_progress_bar, enable_progress_bar
 from .stats import SpecStats
 
 __version__ = "0.1.0"
 
-__all__ = ["ForecastConfig", "MethodConfig", "MethodInfo", "SpecStats", "SpeculativePipeline", "methods", "__version__"]
+__all__ = [
+    "ForecastConfig",
+    "MethodConfig",
+    "MethodInfo",
+    "SpecStats",
+    "SpeculativePipeline",
+    "disable_progress_bar",
+    "enable_progress_bar",
+    "methods",
+    "__version__",
+]

@@ -177,3 +177,27 @@ def timesteps_for(name: str, steps: int, device: str | torch.device = "cpu") -> 
     if SPECS[name].family == "flux":
         return torch.linspace(1.0, 1.0 / steps, steps, device=device)
     return torch.linspace(999, 0, steps, device=device).round()
+
+
+def build_random_dit_pipeline(seed: int = 0, num_classes: int = 4) -> Any:
+    """A tiny random-weight ``DiTPipeline`` (DiT + AutoencoderKL + DDIM) for tests and examples.
+
+    Example:
+        >>> pipe = build_random_dit_pipeline()
+        >>> pipe(class_labels=[0], num_inference_steps=2, output_type="np").images.shape
+        (1, 16, 16, 3)
+    """
+    from diffusers import AutoencoderKL, DDIMScheduler, DiTPipeline
+
+    transformer = build_transformer("tiny-dit-random", seed=seed)
+    torch.manual_seed(seed)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), block_out_channels=(8, 8),
+        layers_per_block=1, latent_channels=4, norm_num_groups=8, sample_size=16,
+    ).eval()
+    scheduler = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False)
+    id2label = {i: f"class{i}" for i in range(num_classes)}
+    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler, id2label=id2label)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

@@ -115,6 +115,8 @@ class TaylorForecaster:
     """
 
     def __init__(self, order: int = 1, form: str = "newton") -> None:
+        if form not in ("newton", "taylor"):
+            raise ValueError(f"form={form!r} is not supported: choose 'newton' or 'taylor'")
         self.order = order
         self.form = form
         self._xs: deque[float] = deque(maxlen=order + 1)

@@ -1,0 +1,20 @@
+"""Shared fixtures: tiny random-weight models built from configs (no hub)."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny_dit_pipe():
+    from diffspec.bench.models import build_random_dit_pipeline
+
+    return build_random_dit_pipeline(seed=0)

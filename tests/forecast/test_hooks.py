@@ -1,0 +1,156 @@
+import pytest
+import torch
+
+from diffspec.bench.models import build_transformer, make_call, timesteps_for
+from diffspec.config import ForecastConfig
+from diffspec.forecast.blocks import find_block_lists
+from diffspec.forecast.hooks import ForecastHooks, StepTracker, interval_policy
+from diffspec.stats import SpecStats
+
+MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
+
+
+def _loop(model, x0, call, ts, on_step=None):
+    x = x0.clone()
+    with torch.no_grad():
+        for i, t in enumerate(ts):
+            if on_step:
+                on_step(i)
+            x = x - 0.05 * call(model, x, t)
+    return x
+
+
+def _count_block_internals(model):
+    """Counts forward calls of the attention / feed-forward modules inside the transformer blocks.
+
+    (DiT reuses block 0's conditioning embedder after the blocks, so embedders are not counted.)
+    """
+    calls = {"n": 0}
+
+    def hook(*_):
+        calls["n"] += 1
+
+    for _, blocks in find_block_lists(model):
+        for block in blocks:
+            for sub in block.modules():
+                if sub is not block and any(k in type(sub).__name__ for k in ("Attention", "FeedForward")):
+                    sub.register_forward_pre_hook(hook)
+    return calls
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_forecast_steps_run_no_block_and_detach_restores(name):
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=2)
+    ts = timesteps_for(name, 20)
+    baseline = _loop(model, x0, call, ts)
+
+    stats = SpecStats()
+    hooks = ForecastHooks(model, ForecastConfig(), stats, num_steps_fn=lambda: 20)
+    hooks.attach()
+    calls = _count_block_internals(model)
+    per_step = []
+
+    def on_step(i):
+        per_step.append(calls["n"])
+
+    out = _loop(model, x0, call, ts, on_step)
+    per_step.append(calls["n"])
+    ran = [b - a for a, b in zip(per_step, per_step[1:])]
+    policy = interval_policy(ForecastConfig())
+    expected_full = [policy(i, 20) for i in range(20)]
+    assert [r > 0 for r in ran] == expected_full  # forecast steps run no module inside any block
+    assert stats.full_steps == sum(expected_full) == 7 and stats.forecast_steps == 13
+    assert stats.target_calls == 7 and stats.draft_calls == 13
+    assert torch.isfinite(out).all()
+    rel = (out - baseline).norm() / baseline.norm()
+    assert 0 < rel < 0.2, rel  # forecast, not a copy of the baseline, and close to it
+
+    hooks.detach()
+    assert torch.equal(_loop(model, x0, call, ts), baseline)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_interval_one_is_bit_identical_to_baseline(name):
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=1)
+    ts = timesteps_for(name, 8)
+    baseline = _loop(model, x0, call, ts)
+    hooks = ForecastHooks(model, ForecastConfig(interval=1), SpecStats())
+    hooks.attach()
+    assert torch.equal(_loop(model, x0, call, ts), baseline)
+    hooks.detach()
+
+
+@pytest.mark.parametrize("form,abscissa,order", [("newton", "sigma", 2), ("taylor", "index", 2), ("newton", "index", 0)])
+def test_forecast_variants_run(form, abscissa, order):
+    model = build_transformer("tiny-dit-random")
+    x0, call = make_call("tiny-dit-random", batch=1)
+    ts = timesteps_for("tiny-dit-random", 16)
+    baseline = _loop(model, x0, call, ts)
+    cfg = ForecastConfig(order=order, form=form, abscissa=abscissa, interval=3)
+    hooks = ForecastHooks(model, cfg, SpecStats(), num_steps_fn=lambda: 16)
+    hooks.attach()
+    out = _loop(model, x0, call, ts)
+    assert torch.isfinite(out).all() and not torch.equal(out, baseline)
+    assert (out - baseline).norm() / baseline.norm() < 0.2
+
+
+def test_separate_cfg_branches_keep_their_own_anchors():
+    """Two calls per step with the same timestep = two branches, each forecast from its own history."""
+    name = "tiny-dit-random"
+    model = build_transformer(name)
+    xa, call = make_call(name, batch=1, seed=1)
+    xb = xa.flip(-1) * 2.0
+    ts = timesteps_for(name, 12)
+
+    def run(branches, hooks):
+        xs = [x.clone() for x in branches]
+        with torch.no_grad():
+            for t in ts:
+                xs = [x - 0.05 * call(model, x, t) for x in xs]
+        hooks.reset()
+        return xs
+
+    hooks = ForecastHooks(model, ForecastConfig(interval=3), SpecStats(), num_steps_fn=lambda: 12)
+    hooks.attach()
+    both = run([xa, xb], hooks)
+    only_a = run([xa], hooks)
+    only_b = run([xb], hooks)
+    assert torch.equal(both[0], only_a[0]) and torch.equal(both[1], only_b[0])
+
+
+def test_token_count_change_resets_instead_of_crashing():
+    name = "tiny-dit-random"
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=1)
+    stats = SpecStats()
+    hooks = ForecastHooks(model, ForecastConfig(warmup=1, interval=4), stats)
+    hooks.attach()
+    ts = timesteps_for(name, 10)
+    with torch.no_grad():
+        for i, t in enumerate(ts):
+            x = x0 if i < 4 else torch.nn.functional.interpolate(x0, scale_factor=2)  # token count changes
+            out = call(model, x, t)
+            assert out.shape[-1] == x.shape[-1]
+    assert stats.full_steps >= 2 and stats.forecast_steps >= 1
+
+
+def test_new_generation_detected_from_timestep_increase():
+    tracker = StepTracker()
+    seen = [(tracker.observe(t), tracker.step, tracker.branch) for t in [999, 999, 500, 500, 1, 999, 500]]
+    assert seen == [(True, 0, 0), (False, 0, 1), (False, 1, 0), (False, 1, 1), (False, 2, 0), (True, 0, 0),
+                    (False, 1, 0)]
+
+
+def test_missing_timestep_is_a_clear_error():
+    model = build_transformer("tiny-dit-random")
+    hooks = ForecastHooks(model, ForecastConfig(), SpecStats())
+    hooks.attach()
+    with pytest.raises(ValueError, match="timestep"):
+        model(torch.zeros(1, 4, 8, 8), class_labels=torch.tensor([0]))
+
+
+def test_unknown_architecture_names_supported():
+    with pytest.raises(ValueError, match="DiTTransformer2DModel"):
+        find_block_lists(torch.nn.Sequential(torch.nn.Linear(2, 2)))

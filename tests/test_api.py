@@ -1,0 +1,59 @@
+import pytest
+import torch
+
+import diffspec
+from diffspec import ForecastConfig, SpeculativePipeline
+
+
+def test_registry_lists_name_family_exactness_and_config():
+    table = {m.name: m for m in diffspec.methods()}
+    assert table["taylor"].family == "diffusion" and table["taylor"].exact is False
+    assert table["taylor"].config_class is ForecastConfig and table["taylor"].status == "available"
+    assert {"speca", "coupling", "autospec", "sjd", "mc-sjd", "gsd", "lantern", "lantern++", "draft"} <= set(table)
+    assert [m.name for m in diffspec.methods("diffusion", available_only=True)] == ["taylor"]
+    with pytest.raises(ValueError, match="family"):
+        diffspec.methods("audio")
+
+
+def test_unknown_method_lists_available(tiny_dit_pipe):
+    with pytest.raises(ValueError, match=r"unknown method 'tayler'; available methods: taylor"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="tayler")
+
+
+def test_method_of_wrong_family_is_rejected(tiny_dit_pipe):
+    with pytest.raises(ValueError, match=r"'sjd' is a ar_image method but the target is a diffusion target"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="sjd")
+
+
+def test_planned_method_says_not_implemented(tiny_dit_pipe):
+    with pytest.raises(ValueError, match="planned but not implemented"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="speca")
+
+
+def test_unsupported_target_lists_supported():
+    with pytest.raises(ValueError, match="unsupported target Linear.*DiffusionPipeline"):
+        SpeculativePipeline.from_pipe(torch.nn.Linear(2, 2), method="taylor")
+
+
+def test_unet_pipeline_is_rejected():
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    unet = UNet2DModel(sample_size=8, in_channels=3, out_channels=3, block_out_channels=(8, 8), norm_num_groups=8,
+                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+                       layers_per_block=1)
+    pipe = DDPMPipeline(unet=unet, scheduler=DDPMScheduler())
+    with pytest.raises(ValueError, match="no `transformer` component.*DiTTransformer2DModel"):
+        SpeculativePipeline.from_pipe(pipe, method="taylor")
+
+
+def test_overrides_and_config_objects(tiny_dit_pipe):
+    spec = SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", interval=3, order=2)
+    assert spec.config == ForecastConfig(interval=3, order=2)
+    spec.disable()
+    spec = SpeculativePipeline.from_pipe(tiny_dit_pipe, method=ForecastConfig(order=0), interval=2)
+    assert spec.config.order == 0 and spec.config.interval == 2
+    spec.disable()
+    with pytest.raises(ValueError, match="interval=0 is out of range"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", interval=0)
+    with pytest.raises(ValueError, match="has no field"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", threshold=0.1)
