@@ -1,0 +1,117 @@
+"""The shipped shape classifier: conditional accuracy and a "reference FID" on its features.
+
+Example:
+    >>> from diffspec.data import render_shapes
+    >>> images, labels = render_shapes(64, seed=123)
+    >>> class_accuracy(images, labels) > 0.9  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights" / "shapes-classifier"
+
+
+class ShapeClassifier(nn.Module):
+    """A small CNN on 32x32 images in [-1, 1]; ``features`` gives the 128-d penultimate layer."""
+
+    def __init__(self, num_classes: int = 10, width: int = 32, feature_dim: int = 128) -> None:
+        super().__init__()
+        self.config = {"num_classes": num_classes, "width": width, "feature_dim": feature_dim}
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+            )
+
+        self.body = nn.Sequential(
+            block(3, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2), block(2 * width, 4 * width)
+        )
+        self.head = nn.Linear(4 * width, feature_dim)
+        self.out = nn.Linear(feature_dim, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Penultimate features, (n, feature_dim)."""
+        if x.shape[-2:] != (32, 32):
+            x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+        h = self.body(x).mean(dim=(2, 3))
+        return F.relu(self.head(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.features(x))
+
+
+@lru_cache(maxsize=4)
+def load_reference_classifier(device: str = "cpu") -> ShapeClassifier:
+    """The shipped classifier (eval mode) from ``diffspec/weights/shapes-classifier``."""
+    from safetensors.torch import load_file
+
+    config = json.loads((WEIGHTS_DIR / "config.json").read_text())
+    model = ShapeClassifier(**config)
+    model.load_state_dict(load_file(str(WEIGHTS_DIR / "model.safetensors")))
+    return model.eval().to(device)
+
+
+@lru_cache(maxsize=1)
+def _reference_stats() -> tuple[np.ndarray, np.ndarray]:
+    from safetensors.torch import load_file
+
+    stats = load_file(str(WEIGHTS_DIR / "fid_stats.safetensors"))
+    return stats["mu"].numpy(), stats["sigma"].numpy()
+
+
+def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
+    vals, vecs = np.linalg.eigh((a + a.T) / 2)
+    return (vecs * np.sqrt(np.clip(vals, 0, None))) @ vecs.T
+
+
+def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
+    """Fréchet distance between two Gaussians (eigen-decomposition, no scipy needed).
+
+    Uses ``tr(sqrt(S1 S2)) = tr(sqrt(sqrt(S1) S2 sqrt(S1)))``, symmetric and PSD.
+    """
+    s1_half = _sqrtm_psd(np.asarray(sigma1, dtype=np.float64))
+    middle = _sqrtm_psd(s1_half @ np.asarray(sigma2, dtype=np.float64) @ s1_half)
+    diff = np.asarray(mu1, dtype=np.float64) - np.asarray(mu2, dtype=np.float64)
+    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(middle))
+
+
+@torch.no_grad()
+def classifier_features(images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """Features of [-1, 1] images with the shipped classifier (float64 on CPU)."""
+    model = load_reference_classifier("cpu")
+    images = images.detach().float().cpu()
+    return torch.cat([model.features(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]).double()
+
+
+def feature_stats(features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of (n, d) features."""
+    f = features.double().numpy()
+    return f.mean(0), np.cov(f, rowvar=False)
+
+
+def reference_fid(images: torch.Tensor) -> float:
+    """FID of [-1, 1] images against the shipped statistics of the training distribution."""
+    if len(images) < 2:
+        raise ValueError(f"reference_fid needs at least 2 images, got {len(images)}")
+    mu, sigma = feature_stats(classifier_features(images))
+    ref_mu, ref_sigma = _reference_stats()
+    return frechet_distance(mu, sigma, ref_mu, ref_sigma)
+
+
+@torch.no_grad()
+def class_accuracy(images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Share of [-1, 1] images the shipped classifier assigns to ``labels``."""
+    model = load_reference_classifier("cpu")
+    logits = model.out(classifier_features(images).float())
+    return float((logits.argmax(1) == labels.cpu()).float().mean())

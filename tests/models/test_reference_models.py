@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+import torch
+
+from diffspec.data import render_shapes
+from diffspec.models import (
+    SHIPPED_MODELS,
+    class_accuracy,
+    frechet_distance,
+    load_reference_classifier,
+    reference_fid,
+    resolve_model_path,
+)
+
+
+def test_resolve_model_path(tmp_path):
+    assert resolve_model_path("tiny-dit") == SHIPPED_MODELS["tiny-dit"]
+    assert resolve_model_path(str(tmp_path)) == tmp_path
+    with pytest.raises(ValueError, match="tiny-dit"):
+        resolve_model_path("no-such-model")
+
+
+def test_shipped_dit_pipeline_loads_and_generates():
+    from diffusers import DiffusionPipeline, DiTPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(resolve_model_path("tiny-dit"))
+    assert isinstance(pipe, DiTPipeline) and pipe.transformer.dtype == torch.float32
+    pipe.set_progress_bar_config(disable=True)
+    ids = pipe.get_label_ids(["circle", "star"])
+    out = pipe(class_labels=ids, num_inference_steps=4, generator=torch.Generator().manual_seed(0), output_type="np")
+    assert out.images.shape == (2, 32, 32, 3)
+
+
+def test_classifier_accuracy_on_fresh_images():
+    images, labels = render_shapes(256, seed=424242)
+    assert class_accuracy(images, labels) > 0.9
+    assert load_reference_classifier().features(images[:4]).shape == (4, 128)
+
+
+def test_frechet_distance_properties():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 8))
+    mu, sigma = x.mean(0), np.cov(x, rowvar=False)
+    assert abs(frechet_distance(mu, sigma, mu, sigma)) < 1e-6
+    assert frechet_distance(mu + 1.0, sigma, mu, sigma) == pytest.approx(8.0, rel=1e-6)
+    assert frechet_distance(mu, 4 * sigma, mu, sigma) > 1.0
+
+
+def test_reference_fid_separates_real_from_noise():
+    real, _ = render_shapes(500, seed=99)
+    noise = torch.rand(500, 3, 32, 32) * 2 - 1
+    fid_real, fid_noise = reference_fid(real), reference_fid(noise)
+    assert fid_real < 0.1 * fid_noise
