@@ -88,8 +88,9 @@ class ForecastConfig(MethodConfig):
         form: ``"newton"`` (exact divided differences through the anchors at their true
             spacing) or ``"taylor"`` (TaylorSeer's recursion, which divides higher levels by the
             latest gap only; bit-compatible with the reference code).
-        abscissa: ``"index"`` (step index, as the papers) or ``"sigma"`` (the ``timestep`` value
-            the transformer receives, so non-uniform schedules are extrapolated at their spacing).
+        abscissa: ``"sigma"`` (default: the ``timestep`` value the transformer receives, so
+            non-uniform schedules such as shifted flow matching are extrapolated at their true
+            spacing) or ``"index"`` (the step index, as the TaylorSeer/SpeCa papers).
         granularity: what is forecast. ``"block"``: the residual of each block list, so a
             forecast step skips every block.
 
@@ -108,7 +109,7 @@ class ForecastConfig(MethodConfig):
     warmup: int = 3
     last_step_full: bool = True
     form: str = "newton"
-    abscissa: str = "index"
+    abscissa: str = "sigma"
     granularity: str = "block"
 
     def __post_init__(self) -> None:
