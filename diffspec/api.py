@@ -179,18 +179,9 @@ class SpeculativePipeline:
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
         """
-        from diffusers import DiffusionPipeline
+        from .models import load_pipeline
 
-        from .models import resolve_model_path
-
-        folder = resolve_model_path(str(path))
-        if not (folder / "model_index.json").is_file():
-            raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
-        kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
-        pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
-        if device is not None:
-            pipe = pipe.to(device)
-        return cls.from_pipe(pipe, method, **overrides)
+        return cls.from_pipe(load_pipeline(path, torch_dtype=torch_dtype, device=device), method, **overrides)
 
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig) -> SpeculativePipeline:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from diffusers import AutoencoderKL, DDIMScheduler, DDPMScheduler, DiTPipeline, DiTTransformer2DModel
 
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
+from diffspec.models import save_dit_pipeline
 
 NULL_CLASS = 1000  # DiTPipeline hard-codes the null (unconditional) label id
 
@@ -90,7 +91,7 @@ def main() -> None:
                               clip_sample=False, set_alpha_to_one=False)
     # stored in fp16 to keep the shipped file small; diffusers loads it back as float32 by default
     pipe = DiTPipeline(transformer=ema.half(), vae=vae, scheduler=scheduler, id2label=dict(enumerate(SHAPE_CLASSES)))
-    pipe.save_pretrained(args.out)
+    save_dit_pipeline(pipe, args.out, SHAPE_CLASSES)  # class names kept in model_index.json
     print(f"saved {args.out}", flush=True)
     record = {"steps": step, "batch_size": args.batch_size, "wall_s": time.time() - start,
               "final_loss_avg200": sum(losses[-200:]) / len(losses[-200:]), "data": f"{args.data} latents of "

@@ -1,0 +1,40 @@
+"""Benchmark suites writing the JSON of DESIGN.md section 5 (``diffspec bench SUITE --out FILE``).
+
+Example:
+    >>> from diffspec.bench import run_bench
+    >>> doc = run_bench("dit-cache", model="tiny-dit", methods=["taylor"], repeats=1,
+    ...                 quality_samples=20, out="dit.json")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .dit_cache import run_dit_cache
+
+SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache}
+
+
+def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Run ``suite`` with ``kwargs`` and write its JSON to ``out`` (when given).
+
+    Raises:
+        ValueError: unknown suite or bad suite argument.
+    """
+    if suite not in SUITES:
+        raise ValueError(f"unknown benchmark suite {suite!r}; choose one of {', '.join(SUITES)}")
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    doc = {"created": created, **SUITES[suite](**kwargs)}
+    doc = {"suite": doc.pop("suite"), **doc}
+    if out is not None:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+__all__ = ["SUITES", "run_bench", "run_dit_cache"]

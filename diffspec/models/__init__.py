@@ -18,6 +18,7 @@ from .classifier import (
     load_reference_classifier,
     reference_fid,
 )
+from .dit import load_pipeline, quiet_diffusers, save_dit_pipeline, write_id2label
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 
@@ -49,7 +50,11 @@ __all__ = [
     "class_accuracy",
     "classifier_features",
     "frechet_distance",
+    "load_pipeline",
+    "quiet_diffusers",
     "load_reference_classifier",
     "reference_fid",
     "resolve_model_path",
+    "save_dit_pipeline",
+    "write_id2label",
 ]

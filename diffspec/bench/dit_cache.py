@@ -1,0 +1,248 @@
+"""The ``dit-cache`` suite: feature forecasting vs diffusers' caches on DiT-family transformers.
+
+Two workloads:
+
+* **pipeline** (``--model tiny-dit`` or a local ``DiTPipeline`` folder): the full diffusers
+  pipeline (DDIM, classifier-free guidance, VAE decode) on trained weights, so quality is real:
+  PSNR/SSIM vs the same-seed baseline images, reference FID and class accuracy.
+* **loop** (``--model dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024``, or the ``tiny-*``
+  configs): a random-weight transformer of that architecture in a plain Euler loop, for speed at
+  real size (GPU); quality is the PSNR of the final latents vs the baseline's.
+
+Arms: ``baseline``, our methods (``taylor``), and peers marked ``"peer": true``: diffusers'
+``TaylorSeerCacheConfig()``, ``FirstBlockCacheConfig()``, ``MagCacheConfig`` (calibrated in
+process, as its docs prescribe), and a plain run with fewer steps (as many as ``taylor`` runs in full).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..api import SpeculativePipeline
+from ..config import ForecastConfig
+from ..forecast.hooks import ForecastHooks, interval_policy
+from ..stats import SpecStats
+from .models import SPECS, build_transformer, make_call, timesteps_for
+from .peers import PEER_CACHES, DiffusersCache, calibrate_magcache, config_dict, peer_cache_config
+from .quality import psnr, ssim
+from .runner import run_arms
+from .timing import Arm, machine_info
+from .workload import Workload
+
+OUR_METHODS = ("taylor",)
+PEERS = (*PEER_CACHES, "fewer-steps")
+DEFAULT_METHODS = (*OUR_METHODS, *PEERS)
+TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
+
+
+def full_steps_of(config: ForecastConfig, steps: int) -> int:
+    """How many steps ``taylor`` runs in full at ``steps`` (the fewer-steps peer gets as many)."""
+    policy = interval_policy(config)
+    return sum(policy(i, steps) for i in range(steps))
+
+
+class PipelineWorkload(Workload):
+    """A trained ``DiTPipeline`` (shipped ``tiny-dit`` or a local folder), images in [0, 1]."""
+
+    mode = "pipeline"
+
+    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
+                 guidance_scale: float) -> None:
+        from ..models import load_pipeline
+
+        self.name = model
+        self.pipe = load_pipeline(model, torch_dtype=dtype, device=device)
+        if not hasattr(self.pipe, "get_label_ids"):
+            raise ValueError(f"dit-cache pipeline workload needs a class-conditional DiTPipeline; {model!r} "
+                             f"is a {type(self.pipe).__name__}")
+        self.pipe.set_progress_bar_config(disable=True)
+        self.transformer = self.pipe.transformer
+        self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
+        self.guidance_scale = guidance_scale
+        self.num_classes = len(self.pipe.labels) if getattr(self.pipe, "labels", None) else 1000
+        self.seeds = list(range(batch))
+
+    def labels_for(self, seeds: list[int]) -> list[int]:
+        return [s % self.num_classes for s in seeds]
+
+    def generate(self, seeds: list[int], steps: int | None = None, pipe: Any = None) -> torch.Tensor:
+        generators = [torch.Generator(self.device).manual_seed(s) for s in seeds]
+        out = (pipe or self.pipe)(class_labels=self.labels_for(seeds), generator=generators,
+                                  num_inference_steps=steps or self.steps, guidance_scale=self.guidance_scale,
+                                  output_type="pt")
+        return out.images.float().cpu()
+
+    def method_arm(self, method: str, config: ForecastConfig) -> Arm:
+        spec = SpeculativePipeline.from_pipe(self.pipe, method=config)
+        spec.disable()
+        arm = Arm(method, lambda seeds: self.generate(seeds, pipe=spec), enable=spec.enable, disable=spec.disable,
+                  config=config.to_dict())
+        arm.spec = spec  # type: ignore[attr-defined]
+        return arm
+
+    def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
+        from ..models import class_accuracy, reference_fid
+
+        labels = torch.tensor(self.labels_for(seeds))
+        return {"psnr": psnr(images, reference, data_range=1.0), "ssim": ssim(images, reference),
+                "lpips": None, "fid": round(reference_fid(images * 2 - 1), 3),
+                "accuracy": round(class_accuracy(images * 2 - 1, labels), 4)}
+
+    def describe(self) -> dict[str, Any]:
+        size = self.pipe.transformer.config.sample_size * self.pipe.vae_scale_factor
+        return {"steps": self.steps, "batch": self.batch, "resolution": [size, size], "seeds": self.seeds,
+                "guidance_scale": self.guidance_scale, "scheduler": type(self.pipe.scheduler).__name__,
+                "pipeline": type(self.pipe).__name__}
+
+
+class LoopWorkload(Workload):
+    """A random-weight transformer of a named architecture in a plain Euler loop (speed at real size)."""
+
+    mode = "loop"
+
+    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int) -> None:
+        self.name = model
+        self.spec = SPECS[model]
+        self.transformer = build_transformer(model, dtype=dtype, device=device)
+        self.latents, self.call = make_call(model, batch, dtype=dtype, device=device)
+        self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
+        self.seeds = [0]
+        self.scale = 1.0 if self.spec.family == "flux" else 1000.0
+
+    def generate(self, seeds: list[int], steps: int | None = None) -> torch.Tensor:
+        ts = timesteps_for(self.name, steps or self.steps, self.device)
+        ends = torch.cat([ts[1:], ts.new_zeros(1)])
+        x = self.latents.clone()
+        for t, t_next in zip(ts, ends):
+            x = x + (t_next - t).to(x.dtype) / self.scale * self.call(self.transformer, x, t)
+        return x.float().cpu()
+
+    def quality_seeds(self, n: int) -> list[int]:
+        return self.seeds
+
+    def method_arm(self, method: str, config: ForecastConfig) -> Arm:
+        stats = SpecStats(method=method)
+        hooks = ForecastHooks(self.transformer, config, stats, num_steps_fn=lambda: self.steps)
+
+        def run(seeds: list[int]) -> torch.Tensor:
+            hooks.reset()
+            stats.reset()
+            return self.generate(seeds)
+
+        arm = Arm(method, run, enable=hooks.attach, disable=hooks.detach, config=config.to_dict())
+        arm.stats_obj = stats  # type: ignore[attr-defined]
+        return arm
+
+    def describe(self) -> dict[str, Any]:
+        hw = self.spec.latent_hw
+        px = hw * (16 if self.spec.family == "flux" else 8)
+        return {"steps": self.steps, "batch": self.batch, "resolution": [px, px], "seeds": self.seeds,
+                "latent_hw": hw, "text_tokens": self.spec.text_tokens, "guidance_scale": None,
+                "scheduler": "euler (uniform timesteps)"}
+
+
+def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None) -> Arm:
+    """An arm for one of diffusers' cache hooks."""
+    config = peer_cache_config(name, workload.steps, magcache_ratios)
+    cache = DiffusersCache(workload.transformer, config)
+
+    def run(seeds: list[int]) -> torch.Tensor:
+        cache.start_generation()
+        try:
+            return workload.generate(seeds)
+        finally:
+            cache.end_generation()
+
+    return Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=config_dict(config))
+
+
+def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]) -> list[Arm]:
+    """The baseline first, then each requested method or peer."""
+    unknown = [m for m in methods if m not in DEFAULT_METHODS]
+    if unknown:
+        raise ValueError(f"dit-cache: unknown method(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_METHODS)}")
+    forecast = ForecastConfig().replace(**overrides) if overrides else ForecastConfig()
+    arms = [Arm("baseline", lambda seeds: workload.generate(seeds), config={"num_inference_steps": workload.steps})]
+    for method in methods:
+        if method in OUR_METHODS:
+            arms.append(workload.method_arm(method, forecast))
+        elif method == "fewer-steps":
+            k = full_steps_of(forecast, workload.steps)
+            arms.append(Arm("fewer-steps", lambda seeds, k=k: workload.generate(seeds, steps=k), peer=True,
+                            config={"num_inference_steps": k, "matches": f"taylor full steps at {forecast.to_dict()}"}))
+        else:
+            ratios = None
+            if method == "diffusers-magcache":
+                with torch.inference_mode():
+                    ratios = calibrate_magcache(workload.transformer, workload.steps,
+                                                lambda: workload.generate(workload.seeds))
+            arms.append(cache_arm(workload, method, ratios))
+    return arms
+
+
+def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
+                  guidance_scale: float) -> Workload:
+    """Pipeline workload for shipped names and local folders, loop workload for architecture names."""
+    if model in SPECS:
+        return LoopWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch)
+    return PipelineWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch,
+                            guidance_scale=guidance_scale)
+
+
+
+def default_steps(model: str) -> int:
+    """50 for DiT-style models, 28 for flow-matching ones (SD3, Flux), as their pipelines use."""
+    return 28 if model in SPECS and SPECS[model].family in ("sd3", "flux") else 50
+
+
+def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, device: str | None = None,
+                  dtype: str | None = None, steps: int | None = None, batch: int | None = None, repeats: int = 3,
+                  warmup: int = 1, quality_samples: int = 500, guidance_scale: float = 4.0,
+                  overrides: dict[str, Any] | None = None, allow_cpu: bool = False,
+                  show_progress: bool = True) -> dict[str, Any]:
+    """Run the ``dit-cache`` suite and return the JSON document (DESIGN.md section 5).
+
+    Example:
+        >>> doc = run_dit_cache("tiny-dit", methods=["taylor"], repeats=1, quality_samples=20)  # doctest: +SKIP
+        >>> doc["runs"][1]["speedup_vs_baseline"]  # doctest: +SKIP
+    """
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if model in SPECS and model not in TINY_LOOP_MODELS and dev.type != "cuda" and not allow_cpu:
+        raise ValueError(f"--model {model} is a real-size architecture meant for a GPU (device is {dev}); "
+                         "pass --device cuda, or --allow-cpu to time it on the CPU anyway")
+    dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
+    if dtype_name not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"dtype={dtype_name!r}; choose float32, float16 or bfloat16")
+    for field, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("quality_samples", quality_samples, 2)):
+        if value < low:
+            raise ValueError(f"{field}={value} is out of range; must be >= {low}")
+    steps = steps or default_steps(model)
+    batch = batch or (1 if model in SPECS else 10)
+    workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
+                             guidance_scale=guidance_scale)
+    arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}))
+    runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
+                    quality_chunk=max(batch, 50), show_progress=show_progress)
+    params = sum(p.numel() for p in workload.transformer.parameters())
+    describe = workload.describe()
+    describe.update(repeats=repeats, warmup=warmup,
+                    quality_samples=quality_samples if workload.mode == "pipeline" else len(workload.seeds))
+    return {
+        "suite": "dit-cache",
+        "machine": machine_info(dev),
+        "model": {"name": model, "mode": workload.mode, "transformer": type(workload.transformer).__name__,
+                  "params": params, "dtype": dtype_name, "weights": "trained" if workload.mode == "pipeline"
+                  else "random (speed does not depend on weight values)"},
+        "workload": describe,
+        "runs": runs,
+        "notes": [
+            "target_calls: transformer calls in which every block ran in full; target_evals: block work "
+            "(nn.Linear weight sizes x calls) in full-call equivalents, so attention-only caching counts partly.",
+            "quality compares each arm with the baseline on the same seeds; fid/accuracy use the shipped shape "
+            "classifier against the training distribution (pipeline workload only).",
+            "arms are interleaved per round (rotating order) after untimed warmup; the per-arm counting and "
+            "quality passes are untimed.",
+        ],
+    }

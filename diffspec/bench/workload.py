@@ -1,0 +1,59 @@
+"""What a suite measures: a workload (one timed generation) and the untimed passes over it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import ForecastConfig
+from .counting import ComputeCounter
+from .quality import psnr
+from .timing import Arm
+
+
+class Workload:
+    """What one timed run generates, and how to build each arm on it."""
+
+    name: str
+    mode: str
+    transformer: torch.nn.Module
+    steps: int
+    batch: int
+    seeds: list[int]
+
+    def generate(self, seeds: list[int], steps: int | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def method_arm(self, method: str, config: ForecastConfig) -> Arm:
+        raise NotImplementedError
+
+    def quality_seeds(self, n: int) -> list[int]:
+        return list(range(1000, 1000 + n))
+
+    def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
+        return {"psnr": psnr(images, reference), "ssim": None, "lpips": None, "fid": None, "accuracy": None}
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def count_compute(workload: Workload, arm: Arm) -> tuple[list[int], torch.Tensor]:
+    """One untimed run of the timed workload with the compute counter; returns per-call units, output."""
+    arm.enable()
+    try:
+        with ComputeCounter(workload.transformer) as counter:
+            out = arm.run(workload.seeds)
+    finally:
+        arm.disable()
+    return list(counter.per_call), out
+
+
+def generate_quality_set(workload: Workload, arm: Arm, n: int, chunk: int) -> torch.Tensor:
+    """``n`` samples (fixed seeds, same for every arm) generated with the arm enabled."""
+    seeds = workload.quality_seeds(n)
+    arm.enable()
+    try:
+        return torch.cat([arm.run(seeds[i : i + chunk]) for i in range(0, len(seeds), chunk)])
+    finally:
+        arm.disable()

@@ -1,0 +1,240 @@
+"""``diffspec generate | bench | info``.
+
+Bad input (paths, model names, values) ends with one line ``diffspec: error: ...`` on stderr and
+exit code 2, never a traceback.
+
+Example:
+    $ diffspec generate --model tiny-dit --method taylor --prompt-file examples/prompts.txt --out out/
+    $ diffspec bench dit-cache --model tiny-dit --out benchmarks/results/dit-cache-tiny-dit-cpu.json
+    $ diffspec info
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_USAGE = 2
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["interval=4", "form=taylor"]`` → ``{"interval": 4, "form": "taylor"}`` (ints, floats, bools parsed)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set expects KEY=VALUE, got {pair!r}")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(raw)
+                    break
+                except ValueError:
+                    continue
+        out[key] = value
+    return out
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is out of range; must be >= 1")
+    return value
+
+
+def _device(name: str | None) -> str:
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------- generate
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from .api import SpeculativePipeline, resolve_config
+    from .models import load_pipeline
+    from .pipelines.batch import generate_to_folder, read_prompts
+
+    if (args.prompt_file is None) == (args.class_labels is None):
+        raise UsageError("give exactly one of --prompt-file FILE or --class-labels A,B,...")
+    prompts = (read_prompts(args.prompt_file) if args.prompt_file is not None
+               else [c.strip() for c in args.class_labels.split(",") if c.strip()])
+    prompts = [p for p in prompts for _ in range(args.num_images_per_prompt)]
+    overrides = parse_overrides(args.set)
+    if args.method == "none":
+        if overrides:
+            raise UsageError("--set needs a --method other than 'none'")
+        config = None
+    else:
+        _, config = resolve_config(args.method, overrides)  # bad method or value: fail before loading
+    device = _device(args.device)
+    pipe = load_pipeline(args.model, torch_dtype=getattr(torch, args.dtype), device=device)
+    pipe.set_progress_bar_config(disable=True)
+    runner = pipe if config is None else SpeculativePipeline.from_pipe(pipe, method=config)
+    config = None if config is None else config.to_dict()
+    record = {"model": args.model, "method": args.method, "config": config, "dtype": args.dtype, "device": device}
+    manifest = generate_to_folder(runner, prompts, args.out, seed=args.seed, batch_size=args.batch_size,
+                                  steps=args.steps, guidance_scale=args.guidance_scale, device=device, record=record)
+    print(f"wrote {len(prompts)} images and {manifest}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- bench
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    device = _device(args.device)
+    doc = run_bench(args.suite, out=args.out, model=args.model, methods=methods, device=device, dtype=args.dtype,
+                    steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
+                    quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
+                    allow_cpu=args.allow_cpu)
+    print(f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {doc['workload']['steps']} steps")
+    print(f"{'method':24} {'median s':>10} {'speedup':>8} {'calls':>6} {'evals':>7} {'psnr':>7} {'fid':>7} {'acc':>6}")
+    for run in doc["runs"]:
+        q = run["quality"]
+        fid = "-" if q["fid"] is None else f"{q['fid']:.2f}"
+        acc = "-" if q["accuracy"] is None else f"{q['accuracy']:.3f}"
+        name = run["method"] + (" (peer)" if run["peer"] else "")
+        print(f"{name:24} {run['latency_s']['median']:>10.4f} {run['speedup_vs_baseline']:>7.2f}x "
+              f"{run['target_calls']:>6} {run['target_evals']:>7.2f} {q['psnr']:>7.2f} {fid:>7} {acc:>6}")
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- info
+def info() -> dict[str, Any]:
+    """Versions, devices, shipped models and methods (what ``diffspec info`` prints)."""
+    import platform
+
+    import diffusers
+    import torch
+    import transformers
+
+    from . import __version__
+    from .api import methods
+    from .models import SHIPPED_MODELS
+
+    devices = ["cpu"] + [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]
+    return {
+        "diffspec": __version__, "python": platform.python_version(), "torch": torch.__version__,
+        "diffusers": diffusers.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
+        "devices": devices,
+        "models": {name: str(path) + ("" if path.is_dir() else " (missing)") for name, path in SHIPPED_MODELS.items()},
+        "methods": [{"name": m.name, "family": m.family, "kind": "exact" if m.exact else "relaxed",
+                     "status": m.status} for m in methods()],
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    data = info()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for key in ("diffspec", "python", "torch", "diffusers", "transformers", "cuda"):
+        print(f"{key:13} {data[key]}")
+    print(f"{'devices':13} {', '.join(data['devices'])}")
+    print("models:")
+    for name, path in data["models"].items():
+        print(f"  {name:11} {path}")
+    print("methods:")
+    for m in data["methods"]:
+        print(f"  {m['name']:18} {m['family']:10} {m['kind']:8} {m['status']}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(prog="diffspec", description="Speculative and forecast acceleration for diffusers.")
+    parser.add_argument("--version", action="version", version=f"diffspec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    gen = sub.add_parser("generate", help="generate images into a folder (PNGs + manifest.jsonl)")
+    gen.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
+    gen.add_argument("--method", default="taylor", help="acceleration method, or 'none' for the plain pipeline")
+    gen.add_argument("--prompt-file", type=Path, help="one prompt (class name for class-conditional models) per line")
+    gen.add_argument("--class-labels", help="comma-separated class names or ids, instead of --prompt-file")
+    gen.add_argument("--num-images-per-prompt", type=_positive, default=1)
+    gen.add_argument("--steps", type=_positive, default=50, help="inference steps (default 50)")
+    gen.add_argument("--seed", type=int, default=0, help="image i uses seed + i (default 0)")
+    gen.add_argument("--batch-size", type=_positive, default=8)
+    gen.add_argument("--guidance-scale", type=float, default=None, help="default: the pipeline's own")
+    gen.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
+    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    gen.add_argument("--dtype", choices=DTYPES, default="float32")
+    gen.add_argument("--out", type=Path, required=True, help="output folder")
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
+    bench.add_argument("suite", help="benchmark suite (dit-cache)")
+    bench.add_argument("--model", default="tiny-dit",
+                       help="tiny-dit (trained, CPU) or dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024 (GPU)")
+    bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
+    bench.add_argument("--device", default=None)
+    bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")
+    bench.add_argument("--steps", type=_positive, default=None)
+    bench.add_argument("--batch-size", type=_positive, default=None)
+    bench.add_argument("--repeats", type=_positive, default=3)
+    bench.add_argument("--warmup", type=int, default=1)
+    bench.add_argument("--quality-samples", type=_positive, default=500)
+    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
+    bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
+    bench.add_argument("--out", type=Path, default=None, help="JSON file to write")
+    bench.set_defaults(func=cmd_bench)
+
+    inf = sub.add_parser("info", help="versions, devices, shipped models and methods")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (UsageError, ValueError) as exc:
+        print(f"diffspec: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError) as exc:
+        print(f"diffspec: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("diffspec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Loading diffusers pipeline folders quietly, and saving ``DiTPipeline`` folders with their class names."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def write_id2label(folder: str | Path, labels: Sequence[str]) -> None:
+    """Record class names in ``model_index.json`` (as hub DiT folders do); ``DiTPipeline`` reads them back.
+
+    Example:
+        >>> write_id2label("my-dit", ["circle", "square"])  # doctest: +SKIP
+        >>> DiffusionPipeline.from_pretrained("my-dit").labels  # doctest: +SKIP
+        {'circle': 0, 'square': 1}
+    """
+    index = Path(folder) / "model_index.json"
+    if not index.is_file():
+        raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+    data = json.loads(index.read_text())
+    data["id2label"] = {str(i): name for i, name in enumerate(labels)}
+    index.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def save_dit_pipeline(pipe: Any, folder: str | Path, labels: Sequence[str] | None = None) -> Path:
+    """``pipe.save_pretrained(folder)`` plus its class names (default: the pipeline's own ``labels``)."""
+    pipe.save_pretrained(folder)
+    if labels is None:
+        by_id = {i: name for name, i in getattr(pipe, "labels", {}).items()}
+        labels = [by_id[i] for i in sorted(by_id)]
+    if labels:
+        write_id2label(folder, labels)
+    return Path(folder)
+
+
+@contextlib.contextmanager
+def quiet_diffusers() -> Iterator[None]:
+    """Hide diffusers' loading bar and notes (e.g. the ``id2label`` type note of hub DiT folders)."""
+    from diffusers.utils import logging as dlog
+
+    level = dlog.get_verbosity()
+    dlog.set_verbosity_error()
+    dlog.disable_progress_bar()
+    try:
+        yield
+    finally:
+        dlog.set_verbosity(level)
+        dlog.enable_progress_bar()
+
+
+def load_pipeline(name_or_path: str | Path, *, torch_dtype: Any = None, device: Any = None) -> Any:
+    """A shipped model name (``"tiny-dit"``) or a local diffusers folder → the loaded pipeline.
+
+    Raises:
+        ValueError: unknown name, missing folder, or a folder without ``model_index.json``.
+
+    Example:
+        >>> pipe = load_pipeline("tiny-dit")  # doctest: +SKIP
+    """
+    from diffusers import DiffusionPipeline
+
+    from . import resolve_model_path
+
+    folder = resolve_model_path(name_or_path)
+    if not (folder / "model_index.json").is_file():
+        raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+    kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
+    with quiet_diffusers():
+        pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
+    return pipe.to(device) if device is not None else pipe

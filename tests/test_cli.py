@@ -1,0 +1,100 @@
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from diffspec.cli import main, parse_overrides
+
+
+@pytest.fixture(scope="module")
+def local_pipe_dir(tmp_path_factory):
+    from diffspec.bench.models import build_random_dit_pipeline
+    from diffspec.models import save_dit_pipeline
+
+    return save_dit_pipeline(build_random_dit_pipeline(seed=0), tmp_path_factory.mktemp("pipe") / "tiny-dit-random")
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("diffspec: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_generate_writes_pngs_and_a_manifest(tmp_path, local_pipe_dir):
+    out = tmp_path / "out"
+    rc = main(["generate", "--model", str(local_pipe_dir), "--method", "taylor", "--class-labels",
+               "class0,class3,1", "--steps", "8", "--seed", "5", "--batch-size", "2", "--set", "interval=2",
+               "--out", str(out)])
+    assert rc == 0
+    lines = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [x["file"] for x in lines] == ["00000.png", "00001.png", "00002.png"]
+    assert [x["seed"] for x in lines] == [5, 6, 7] and [x["class_label"] for x in lines] == [0, 3, 1]
+    assert lines[0]["method"] == "taylor" and lines[0]["config"]["interval"] == 2
+    assert lines[0]["batch_stats"]["full_steps"] + lines[0]["batch_stats"]["forecast_steps"] == 8
+    assert Image.open(out / "00002.png").size == (16, 16)
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_an_image_depends_on_its_seed_not_on_its_batch(tmp_path, local_pipe_dir):
+    args = ["generate", "--model", str(local_pipe_dir), "--method", "none", "--class-labels", "0,1,2", "--steps", "4"]
+    assert main([*args, "--batch-size", "3", "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--batch-size", "1", "--out", str(tmp_path / "b")]) == 0
+    for name in ("00000.png", "00002.png"):
+        a = np.asarray(Image.open(tmp_path / "a" / name), dtype=int)
+        b = np.asarray(Image.open(tmp_path / "b" / name), dtype=int)
+        assert np.abs(a - b).max() <= 1  # batched matmuls may round differently
+
+
+def test_generate_shipped_model_from_prompt_file(tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("# comment\ncircle\n\nstar\n")
+    assert main(["generate", "--model", "tiny-dit", "--prompt-file", str(prompts), "--steps", "5",
+                 "--out", str(tmp_path / "o")]) == 0
+    lines = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
+    assert [json.loads(x)["prompt"] for x in lines] == ["circle", "star"]
+    assert Image.open(tmp_path / "o" / "00001.png").size == (32, 32)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["generate", "--model", "no-such-model", "--class-labels", "0", "--out", "x"], "no-such-model"),
+        (["generate", "--class-labels", "0", "--steps", "0", "--out", "x"], "must be >= 1"),
+        (["generate", "--class-labels", "0", "--method", "warp", "--out", "x"], "unknown method 'warp'"),
+        (["generate", "--class-labels", "0", "--method", "sjd", "--out", "x"], "sjd"),
+        (["generate", "--class-labels", "zebra", "--out", "x"], "unknown class 'zebra'"),
+        (["generate", "--prompt-file", "missing.txt", "--out", "x"], "missing.txt"),
+        (["generate", "--class-labels", "0", "--set", "interval=0", "--out", "x"], "interval"),
+        (["generate", "--class-labels", "0", "--set", "interval", "--out", "x"], "KEY=VALUE"),
+        (["generate", "--out", "x"], "exactly one of"),
+        (["bench", "warp-suite"], "unknown benchmark suite"),
+        (["bench", "dit-cache", "--model", "flux-1024", "--device", "cpu"], "meant for a GPU"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert needle in _error_line(capsys)
+
+
+def test_info_lists_versions_models_and_methods(capsys):
+    assert main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "tiny-dit" in data["models"] and data["devices"][0] == "cpu"
+    assert {"name": "taylor", "family": "diffusion", "kind": "relaxed", "status": "available"} in data["methods"]
+    assert main(["info"]) == 0 and "taylor" in capsys.readouterr().out
+
+
+def test_bench_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", "dit-cache", "--model", "tiny-flux", "--methods", "taylor,fewer-steps", "--steps", "6",
+                 "--repeats", "1", "--warmup", "0", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["method"] for r in doc["runs"]] == ["baseline", "taylor", "fewer-steps"]
+    assert "speedup" in capsys.readouterr().out
+
+
+def test_parse_overrides_types():
+    assert parse_overrides(["a=3", "b=0.5", "c=true", "d=taylor"]) == {"a": 3, "b": 0.5, "c": True, "d": "taylor"}
