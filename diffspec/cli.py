@@ -111,6 +111,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- bench
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
+    from .bench.report import headline, markdown_table
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     device = _device(args.device)
@@ -118,15 +119,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
                     allow_cpu=args.allow_cpu)
-    print(f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {doc['workload']['steps']} steps")
-    print(f"{'method':24} {'median s':>10} {'speedup':>8} {'calls':>6} {'evals':>7} {'psnr':>7} {'fid':>7} {'acc':>6}")
-    for run in doc["runs"]:
-        q = run["quality"]
-        fid = "-" if q["fid"] is None else f"{q['fid']:.2f}"
-        acc = "-" if q["accuracy"] is None else f"{q['accuracy']:.3f}"
-        name = run["method"] + (" (peer)" if run["peer"] else "")
-        print(f"{name:24} {run['latency_s']['median']:>10.4f} {run['speedup_vs_baseline']:>7.2f}x "
-              f"{run['target_calls']:>6} {run['target_evals']:>7.2f} {q['psnr']:>7.2f} {fid:>7} {acc:>6}")
+    print(headline(doc))
+    print(markdown_table(doc))
     if args.out:
         print(f"wrote {args.out}")
     return 0

@@ -52,6 +52,8 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=100_000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", type=int, default=60_000)
+    p.add_argument("--init", type=Path, default=None,
+                   help="continue from a saved tiny-dit folder (its record in scripts/runs/tiny_dit.json is extended)")
     args = p.parse_args()
     torch.manual_seed(0)
     vae = AutoencoderKL.from_pretrained(args.vae).eval()
@@ -60,6 +62,10 @@ def main() -> None:
     print(f"encoded {len(latents)} latents in {time.time() - t0:.0f}s; std {latents.std():.3f}", flush=True)
 
     model = build_transformer().train()
+    previous = None
+    if args.init is not None:
+        model.load_state_dict(DiTTransformer2DModel.from_pretrained(args.init / "transformer").float().state_dict())
+        previous = json.loads(Path("scripts/runs/tiny_dit.json").read_text())
     ema = copy.deepcopy(model).eval().requires_grad_(False)
     noise_sched = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.0)
@@ -97,6 +103,11 @@ def main() -> None:
               "final_loss_avg200": sum(losses[-200:]) / len(losses[-200:]), "data": f"{args.data} latents of "
               "render_shapes(seed=3000000+), VAE posterior samples", "lr": 5e-4, "ema": 0.999,
               "params": sum(p.numel() for p in ema.parameters()), "stored_dtype": "float16"}
+    if previous is not None:  # a continuation: the EMA restarts from the loaded weights
+        record = {**record, "total_steps": previous.get("total_steps", previous["steps"]) + step,
+                  "runs": [*previous.get("runs", [{k: v for k, v in previous.items() if k != "runs"}]),
+                           {"steps": step, "wall_s": record["wall_s"], "final_loss_avg200": record["final_loss_avg200"],
+                            "init": str(args.init)}]}
     Path("scripts/runs/tiny_dit.json").write_text(json.dumps(record, indent=2))
 
     # samples: one row per class, 50 DDIM steps, guidance 4

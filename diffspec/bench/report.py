@@ -1,0 +1,35 @@
+"""A benchmark JSON as a markdown table (what ``diffspec bench`` prints and the README cites)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    """One row per arm: latency, speedup, target calls/evals, quality vs the baseline.
+
+    Example:
+        >>> print(markdown_table(json.load(open("benchmarks/results/dit-cache-tiny-dit-cpu.json"))))  # doctest: +SKIP
+    """
+    rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in doc["runs"]:
+        q = run["quality"]
+        name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+        rows.append(
+            f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
+            f"{run['target_calls']}/{run.get('transformer_calls', run['target_calls'])} | {run['target_evals']:.1f} | "
+            f"{_fmt(q['psnr'], '.1f')} | {_fmt(q['ssim'], '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
+        )
+    return "\n".join(rows)
+
+
+def headline(doc: dict[str, Any]) -> str:
+    """``suite on model (device), N steps, batch B`` for the table's caption."""
+    w = doc["workload"]
+    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {w['steps']} steps, "
+            f"batch {w['batch']}, {doc['model']['dtype']}")
