@@ -107,7 +107,7 @@ def main() -> None:
         record = {**record, "total_steps": previous.get("total_steps", previous["steps"]) + step,
                   "runs": [*previous.get("runs", [{k: v for k, v in previous.items() if k != "runs"}]),
                            {"steps": step, "wall_s": record["wall_s"], "final_loss_avg200": record["final_loss_avg200"],
-                            "init": str(args.init)}]}
+                            "continued_from_steps": previous.get("total_steps", previous["steps"])}]}
     Path("scripts/runs/tiny_dit.json").write_text(json.dumps(record, indent=2))
 
     # samples: one row per class, 50 DDIM steps, guidance 4
