@@ -7,7 +7,7 @@ Example:
 """
 
 from .api import MethodInfo, SpeculativePipeline, methods
-from .config import ForecastConfig, MethodConfig
+from .config import ForecastConfig, MethodConfig, SpecaConfig
 from .progress import disable_progress_bar, enable_progress_bar
 from .stats import SpecStats
 
@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ForecastConfig",
+    "SpecaConfig",
     "MethodConfig",
     "MethodInfo",
     "SpecStats",

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .config import ForecastConfig, MethodConfig
+from .config import ForecastConfig, MethodConfig, SpecaConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
@@ -41,7 +41,8 @@ _REGISTRY: dict[str, MethodInfo] = {
     m.name: m
     for m in (
         _info(ForecastConfig, "diffspec.pipelines.forecast:ForecastPipeline", "fixed-interval Taylor forecasting"),
-        _planned("speca", "diffusion", False, "Taylor forecasting gated by a last-block verifier"),
+        _info(SpecaConfig, "diffspec.pipelines.forecast:ForecastPipeline",
+              "Taylor forecasting gated by a last-block verifier (SpecA)"),
         _planned("coupling", "diffusion", True, "multi-step speculative sampling, reflection maximal coupling"),
         _planned("autospec", "diffusion", True, "exchangeability autospeculation (ASD) for DDPM samplers"),
         _planned("sjd", "ar_image", True, "speculative Jacobi decoding"),
@@ -64,7 +65,7 @@ def methods(family: str | None = None, *, available_only: bool = False) -> list[
 
     Example:
         >>> [m.name for m in methods("diffusion", available_only=True)]
-        ['taylor']
+        ['taylor', 'speca']
     """
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family={family!r} is not supported: choose one of {', '.join(FAMILIES)}")
@@ -170,7 +171,7 @@ class SpeculativePipeline:
         path: str | Path,
         method: str | MethodConfig = "taylor",
         *,
-        torch_dtype: torch.dtype | None = None,
+        dtype: torch.dtype | None = None,
         device: str | torch.device | None = None,
         **overrides: Any,
     ) -> SpeculativePipeline:
@@ -181,7 +182,7 @@ class SpeculativePipeline:
         """
         from .models import load_pipeline
 
-        return cls.from_pipe(load_pipeline(path, torch_dtype=torch_dtype, device=device), method, **overrides)
+        return cls.from_pipe(load_pipeline(path, dtype=dtype, device=device), method, **overrides)
 
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig) -> SpeculativePipeline:

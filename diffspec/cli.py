@@ -97,7 +97,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         _, config = resolve_config(args.method, overrides)  # bad method or value: fail before loading
     device = _device(args.device)
-    pipe = load_pipeline(args.model, torch_dtype=getattr(torch, args.dtype), device=device)
+    pipe = load_pipeline(args.model, dtype=getattr(torch, args.dtype), device=device)
     pipe.set_progress_bar_config(disable=True)
     runner = pipe if config is None else SpeculativePipeline.from_pipe(pipe, method=config)
     config = None if config is None else config.to_dict()
@@ -123,6 +123,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(markdown_table(doc))
     if args.out:
         print(f"wrote {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- calibrate
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .forecast.calibrate import calibrate_model
+
+    record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
+                                   device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
+                                   out=args.out, overrides=parse_overrides(args.set))
+    verdict = "reached" if record["reached"] else "NOT reached (best PSNR kept)"
+    print(f"speca thresholds: tau0={record['tau0']:.4g} beta={record['beta']:g} tau_min={record['tau_min']:g}; "
+          f"target {record['target_psnr']} dB {verdict}: {record['psnr']} dB with {record['full_steps']}/"
+          f"{record['steps']} full steps on {record['samples']} samples")
+    print(f"wrote {path}")
     return 0
 
 
@@ -207,6 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
     bench.add_argument("--out", type=Path, default=None, help="JSON file to write")
     bench.set_defaults(func=cmd_bench)
+
+    cal = sub.add_parser("calibrate", help="fit speca's thresholds to a target PSNR; saved next to the model")
+    cal.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
+    cal.add_argument("--target-psnr", type=float, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
+    cal.add_argument("--steps", type=_positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
+    cal.add_argument("--samples", type=_positive, default=8, help="calibration samples (default 8)")
+    cal.add_argument("--guidance-scale", type=float, default=4.0)
+    cal.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other speca settings (k_max=...)")
+    cal.add_argument("--device", default=None)
+    cal.add_argument("--dtype", choices=DTYPES, default=None)
+    cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json (default: the model's)")
+    cal.set_defaults(func=cmd_calibrate)
 
     inf = sub.add_parser("info", help="versions, devices, shipped models and methods")
     inf.add_argument("--json", action="store_true")

@@ -121,3 +121,90 @@ class ForecastConfig(MethodConfig):
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))
         check_choice("granularity", self.granularity, ("block",))
+
+
+@dataclass(frozen=True)
+class SpecaConfig(MethodConfig):
+    """Taylor forecasting gated by a last-block verifier (method ``speca``, SpecA style).
+
+    Draft steps forecast every block list as ``taylor`` does, except the last block, which runs
+    on the drafted input: its true output is committed, and its distance to the drafted output,
+    ``e = ||y_hat - y||_1 / ||y||_1`` per batch row, is compared with the threshold
+    ``tau(p) = max(tau0 * beta**p, tau_min)`` at progress ``p`` (0 at the first step, 1 at the
+    last). A rejected row is recomputed in full before it is committed (``policy="strict"``) or
+    makes the next step full (``"lazy"``, as the reference code).
+
+    Args:
+        order, warmup, last_step_full, form, abscissa, granularity: as in :class:`ForecastConfig`.
+        k_min: drafts in a row before checks start (0: every draft is checked).
+        k_max: full steps are at most ``k_max`` steps apart (a full step is forced after
+            ``k_max - 1`` drafts in a row); with ``tau0=inf`` this is ``taylor`` at ``interval=k_max``.
+        tau0, beta, tau_min: the threshold schedule. ``None`` (default): read from the model's
+            calibration file (``diffspec calibrate``), else the generic fallback
+            :data:`FALLBACK_TAU`.
+        policy: ``"strict"`` or ``"lazy"``.
+        metric: ``"rel_l1"`` (ratio of norms, bounded) or ``"rel_l1_mean"`` (the reference code's
+            mean of elementwise relative errors, dominated by near-zero entries).
+
+    Example:
+        >>> cfg = SpecaConfig(tau0=0.05, beta=0.5, tau_min=0.01)
+        >>> cfg.tau(0.0), cfg.tau(1.0)
+        (0.05, 0.025)
+    """
+
+    method: ClassVar[str] = "speca"
+    family: ClassVar[str] = "diffusion"
+    exact: ClassVar[bool] = False
+
+    order: int = 2
+    warmup: int = 3
+    k_min: int = 2
+    k_max: int = 8
+    tau0: float | None = None
+    beta: float | None = None
+    tau_min: float | None = None
+    policy: str = "strict"
+    metric: str = "rel_l1"
+    last_step_full: bool = True
+    form: str = "newton"
+    abscissa: str = "sigma"
+    granularity: str = "block"
+
+    def __post_init__(self) -> None:
+        check_int("order", self.order, 0, 8)
+        check_int("warmup", self.warmup, 1, 10_000)
+        check_int("k_min", self.k_min, 0, 1000)
+        check_int("k_max", self.k_max, 1, 1000)
+        if self.tau0 is not None:
+            check_float("tau0", self.tau0, 0.0)
+        if self.beta is not None:
+            check_float("beta", self.beta, 0.0, 1.0, lo_open=True)
+        if self.tau_min is not None:
+            check_float("tau_min", self.tau_min, 0.0)
+        if not isinstance(self.last_step_full, bool):
+            raise ValueError(f"last_step_full={self.last_step_full!r} must be True or False")
+        check_choice("policy", self.policy, ("strict", "lazy"))
+        check_choice("metric", self.metric, ("rel_l1", "rel_l1_mean"))
+        check_choice("form", self.form, ("newton", "taylor"))
+        check_choice("abscissa", self.abscissa, ("index", "sigma"))
+        check_choice("granularity", self.granularity, ("block",))
+
+    @property
+    def calibrated(self) -> bool:
+        """True when the three threshold values are set."""
+        return None not in (self.tau0, self.beta, self.tau_min)
+
+    def with_fallback(self) -> SpecaConfig:
+        """Fill unset threshold values from :data:`FALLBACK_TAU`."""
+        return self.replace(**{k: v for k, v in FALLBACK_TAU.items() if getattr(self, k) is None})  # type: ignore
+
+    def tau(self, progress: float) -> float:
+        """The threshold at ``progress`` in [0, 1]."""
+        cfg = self if self.calibrated else self.with_fallback()
+        if math.isinf(cfg.tau0):  # type: ignore[arg-type]
+            return math.inf
+        return max(cfg.tau0 * cfg.beta**progress, cfg.tau_min)  # type: ignore[operator]
+
+
+FALLBACK_TAU: dict[str, float] = {"tau0": 0.1, "beta": 0.3, "tau_min": 0.02}
+"""Thresholds used by ``speca`` when neither the call nor a calibration file sets them."""

@@ -1,7 +1,8 @@
 """How much of the transformer actually ran: full calls and full-call equivalents.
 
-Every ``nn.Linear`` inside the transformer's block lists adds its weight size to the running
-call's total (matmul work is proportional to it at a fixed token count). A call whose total
+Every ``nn.Linear`` inside the transformer's block lists adds its multiply-accumulates (weight
+size times the rows it was applied to: batch x tokens) to the running call's total, so a call that
+recomputes only some batch rows counts as that fraction. A call whose total
 equals a full call's is a *target call*; the sum of all calls' totals divided by a full call's is
 *target evals* (partial skips such as attention-only caching count fractionally). Only work done
 inside a block's call counts: DiT's output head, for one, calls ``transformer_blocks[0].norm1.emb``
@@ -43,7 +44,7 @@ class ComputeCounter:
                 self._handles.append(block.register_forward_hook(self._leave))
             for module in blocks.modules():
                 if isinstance(module, nn.Linear):
-                    self._handles.append(module.register_forward_pre_hook(self._linear(module.weight.numel())))
+                    self._handles.append(module.register_forward_pre_hook(self._linear(module)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -64,10 +65,12 @@ class ComputeCounter:
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
         self._depth -= 1
 
-    def _linear(self, units: int):
+    def _linear(self, linear: nn.Linear):
+        weight, width = linear.weight.numel(), linear.in_features
+
         def hook(module: nn.Module, args: Any) -> None:
             if self._depth:
-                self._current += units
+                self._current += weight * (args[0].numel() // width)
 
         return hook
 

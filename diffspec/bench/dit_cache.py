@@ -9,7 +9,7 @@ Two workloads:
   configs): a random-weight transformer of that architecture in a plain Euler loop, for speed at
   real size (GPU); quality is the PSNR of the final latents vs the baseline's.
 
-Arms: ``baseline``, our methods (``taylor``), and peers marked ``"peer": true``: diffusers'
+Arms: ``baseline``, our methods (``taylor``, ``speca``), and peers marked ``"peer": true``: diffusers'
 ``TaylorSeerCacheConfig()``, ``FirstBlockCacheConfig()``, ``MagCacheConfig`` (calibrated in
 process, as its docs prescribe), and a plain run with fewer steps (as many as ``taylor`` runs in full).
 """
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from ..api import SpeculativePipeline
-from ..config import ForecastConfig
-from ..forecast.hooks import ForecastHooks, interval_policy
+from ..config import ForecastConfig, MethodConfig, SpecaConfig
+from ..forecast.hooks import ForecastHooks, Schedule
 from ..stats import SpecStats
 from .models import SPECS, build_transformer, make_call, timesteps_for
 from .peers import PEER_CACHES, DiffusersCache, calibrate_magcache, config_dict, peer_cache_config
@@ -31,7 +31,8 @@ from .runner import run_arms
 from .timing import Arm, machine_info
 from .workload import Workload
 
-OUR_METHODS = ("taylor",)
+OUR_METHODS = ("taylor", "speca")
+METHOD_CONFIGS: dict[str, type[MethodConfig]] = {"taylor": ForecastConfig, "speca": SpecaConfig}
 PEERS = (*PEER_CACHES, "fewer-steps")
 DEFAULT_METHODS = (*OUR_METHODS, *PEERS)
 TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
@@ -39,8 +40,7 @@ TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
 
 def full_steps_of(config: ForecastConfig, steps: int) -> int:
     """How many steps ``taylor`` runs in full at ``steps`` (the fewer-steps peer gets as many)."""
-    policy = interval_policy(config)
-    return sum(policy(i, steps) for i in range(steps))
+    return sum(Schedule.of(config).without_rejections(steps))
 
 
 class PipelineWorkload(Workload):
@@ -53,7 +53,7 @@ class PipelineWorkload(Workload):
         from ..models import load_pipeline
 
         self.name = model
-        self.pipe = load_pipeline(model, torch_dtype=dtype, device=device)
+        self.pipe = load_pipeline(model, dtype=dtype, device=device)
         if not hasattr(self.pipe, "get_label_ids"):
             raise ValueError(f"dit-cache pipeline workload needs a class-conditional DiTPipeline; {model!r} "
                              f"is a {type(self.pipe).__name__}")
@@ -74,11 +74,14 @@ class PipelineWorkload(Workload):
                                   output_type="pt")
         return out.images.float().cpu()
 
-    def method_arm(self, method: str, config: ForecastConfig) -> Arm:
+    def method_arm(self, method: str, config: MethodConfig) -> Arm:
         spec = SpeculativePipeline.from_pipe(self.pipe, method=config)
         spec.disable()
+        described = spec.config.to_dict()
+        if spec.threshold_source is not None:  # speca: where its thresholds came from
+            described["thresholds_from"] = _relative(spec.threshold_source)
         arm = Arm(method, lambda seeds: self.generate(seeds, pipe=spec), enable=spec.enable, disable=spec.disable,
-                  config=config.to_dict())
+                  config=described)
         arm.spec = spec  # type: ignore[attr-defined]
         return arm
 
@@ -91,7 +94,8 @@ class PipelineWorkload(Workload):
                 "accuracy": round(class_accuracy(images * 2 - 1, labels), 4)}
 
     def describe(self) -> dict[str, Any]:
-        size = self.pipe.transformer.config.sample_size * self.pipe.vae_scale_factor
+        vae_scale = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)  # DiTPipeline has no vae_scale_factor
+        size = self.pipe.transformer.config.sample_size * vae_scale
         return {"steps": self.steps, "batch": self.batch, "resolution": [size, size], "seeds": self.seeds,
                 "guidance_scale": self.guidance_scale, "scheduler": type(self.pipe.scheduler).__name__,
                 "pipeline": type(self.pipe).__name__}
@@ -122,8 +126,10 @@ class LoopWorkload(Workload):
     def quality_seeds(self, n: int) -> list[int]:
         return self.seeds
 
-    def method_arm(self, method: str, config: ForecastConfig) -> Arm:
+    def method_arm(self, method: str, config: MethodConfig) -> Arm:
         stats = SpecStats(method=method)
+        if isinstance(config, SpecaConfig) and not config.calibrated:  # random weights: no calibration file
+            config = config.with_fallback()
         hooks = ForecastHooks(self.transformer, config, stats, num_steps_fn=lambda: self.steps)
 
         def run(seeds: list[int]) -> torch.Tensor:
@@ -145,7 +151,7 @@ class LoopWorkload(Workload):
 
 def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None) -> Arm:
     """An arm for one of diffusers' cache hooks."""
-    config = peer_cache_config(name, workload.steps, magcache_ratios)
+    config = peer_cache_config(name, workload.steps, magcache_ratios, workload.transformer)
     cache = DiffusersCache(workload.transformer, config)
 
     def run(seeds: list[int]) -> torch.Tensor:
@@ -163,11 +169,12 @@ def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]
     unknown = [m for m in methods if m not in DEFAULT_METHODS]
     if unknown:
         raise ValueError(f"dit-cache: unknown method(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_METHODS)}")
-    forecast = ForecastConfig().replace(**overrides) if overrides else ForecastConfig()
+    configs = method_configs(overrides)
+    forecast = configs["taylor"]
     arms = [Arm("baseline", lambda seeds: workload.generate(seeds), config={"num_inference_steps": workload.steps})]
     for method in methods:
         if method in OUR_METHODS:
-            arms.append(workload.method_arm(method, forecast))
+            arms.append(workload.method_arm(method, configs[method]))
         elif method == "fewer-steps":
             k = full_steps_of(forecast, workload.steps)
             arms.append(Arm("fewer-steps", lambda seeds, k=k: workload.generate(seeds, steps=k), peer=True,
@@ -180,6 +187,35 @@ def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]
                                                 lambda: workload.generate(workload.seeds))
             arms.append(cache_arm(workload, method, ratios))
     return arms
+
+
+def method_configs(overrides: dict[str, Any]) -> dict[str, MethodConfig]:
+    """Each of our methods' config with ``overrides``: ``"speca.tau0"`` targets one method, a plain
+    ``"order"`` every method that has the field.
+
+    Raises:
+        ValueError: a key that no method's config has.
+    """
+    per_method: dict[str, dict[str, Any]] = {m: {} for m in METHOD_CONFIGS}
+    for key, value in overrides.items():
+        method, _, name = key.rpartition(".")
+        targets = [method] if method else [m for m, c in METHOD_CONFIGS.items() if name in c.__dataclass_fields__]
+        if method and method not in METHOD_CONFIGS or not targets:
+            raise ValueError(f"--set {key}: no method config has this field; use METHOD.FIELD with METHOD in "
+                             f"{', '.join(METHOD_CONFIGS)} and a field of its config")
+        for m in targets:
+            per_method[m][name] = value
+    return {m: METHOD_CONFIGS[m]().replace(**per_method[m]) for m in METHOD_CONFIGS}
+
+
+def _relative(path: str) -> str:
+    """Paths inside the repository are reported relative to it (the JSON must not name this machine)."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
 
 
 def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,

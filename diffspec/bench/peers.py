@@ -20,12 +20,29 @@ from torch import nn
 PEER_CACHES = ("diffusers-taylorseer", "diffusers-fbc", "diffusers-magcache")
 
 
-def peer_cache_config(name: str, num_steps: int, mag_ratios: list[float] | None = None) -> Any:
-    """The diffusers config of a peer at its documented defaults."""
+ATTENTION_FALLBACK_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.attn\d*$"]
+"""Used when diffusers' default TaylorSeer patterns (module names ending in ``attn``) match no module,
+as on DiT and PixArt, whose attention is ``attn1``; the defaults would silently cache nothing."""
+
+
+def taylorseer_identifiers(transformer: nn.Module) -> list[str] | None:
+    """None if diffusers' default TaylorSeer patterns hook something here, else the fallback patterns."""
+    from diffusers.hooks.taylorseer_cache import _TRANSFORMER_BLOCK_IDENTIFIERS
+
+    names = [n for n, _ in transformer.named_modules()]
+    if any(re.fullmatch(p, n) for p in _TRANSFORMER_BLOCK_IDENTIFIERS for n in names):
+        return None
+    return ATTENTION_FALLBACK_IDENTIFIERS
+
+
+def peer_cache_config(name: str, num_steps: int, mag_ratios: list[float] | None = None,
+                      transformer: nn.Module | None = None) -> Any:
+    """The diffusers config of a peer at its documented defaults (TaylorSeer: see :func:`taylorseer_identifiers`)."""
     from diffusers import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 
     if name == "diffusers-taylorseer":
-        return TaylorSeerCacheConfig()
+        identifiers = taylorseer_identifiers(transformer) if transformer is not None else None
+        return TaylorSeerCacheConfig(cache_identifiers=identifiers)
     if name == "diffusers-fbc":
         return FirstBlockCacheConfig()
     if name == "diffusers-magcache":

@@ -36,7 +36,8 @@ def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repea
     time_arms(arms, workload.seeds, device=device, repeats=repeats, warmup=warmup, show_progress=show_progress)
 
     if workload.mode == "pipeline":
-        samples = {arm.name: generate_quality_set(workload, arm, quality_samples, quality_chunk) for arm in arms}
+        samples = {arm.name: generate_quality_set(workload, arm, quality_samples, quality_chunk, show_progress)
+                   for arm in arms}
         seeds = workload.quality_seeds(quality_samples)
     else:
         samples, seeds = outputs, workload.seeds

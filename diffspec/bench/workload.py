@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..config import ForecastConfig
+from ..progress import progress
 from .counting import ComputeCounter
 from .quality import psnr
 from .timing import Arm
@@ -49,11 +50,12 @@ def count_compute(workload: Workload, arm: Arm) -> tuple[list[int], torch.Tensor
     return list(counter.per_call), out
 
 
-def generate_quality_set(workload: Workload, arm: Arm, n: int, chunk: int) -> torch.Tensor:
+def generate_quality_set(workload: Workload, arm: Arm, n: int, chunk: int, show_progress: bool = True) -> torch.Tensor:
     """``n`` samples (fixed seeds, same for every arm) generated with the arm enabled."""
     seeds = workload.quality_seeds(n)
+    starts = progress(range(0, len(seeds), chunk), desc=f"quality {arm.name}", disable=not show_progress)
     arm.enable()
     try:
-        return torch.cat([arm.run(seeds[i : i + chunk]) for i in range(0, len(seeds), chunk)])
+        return torch.cat([arm.run(seeds[i : i + chunk]) for i in starts])
     finally:
         arm.disable()

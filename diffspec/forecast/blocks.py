@@ -95,6 +95,17 @@ class BlockIO:
         i = self.param_index.get(name)
         return args[i] if i is not None and i < len(args) else None
 
+    def with_inputs(self, args: tuple, kwargs: dict, **values: Any) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
+        args, kwargs = list(args), dict(kwargs)
+        for name, value in values.items():
+            i = self.param_index.get(name)
+            if name in kwargs:
+                kwargs[name] = value
+            elif i is not None and i < len(args):
+                args[i] = value
+        return tuple(args), kwargs
+
     def split_output(self, out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(hidden, encoder)`` of a block's output; learns the output form on first use."""
         if isinstance(out, torch.Tensor):

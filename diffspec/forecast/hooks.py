@@ -15,6 +15,7 @@ generation. A change of the token count resets that branch instead of failing.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,30 +23,97 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import ForecastConfig
+from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
 from .taylor import TaylorForecaster
 
-StepPolicy = Callable[[int, "int | None"], bool]
-"""``policy(step, num_steps) -> True`` if the step must run in full."""
 
+@dataclass(frozen=True)
+class Schedule:
+    """When a step runs in full, per batch row.
 
-def interval_policy(cfg: ForecastConfig) -> StepPolicy:
-    """TaylorSeer's fixed schedule, aligned with diffusers' ``TaylorSeerCacheConfig``.
-
-    Full while ``step < warmup``, then every ``interval`` steps starting at ``warmup + 1``; the
-    last step is full when ``last_step_full`` and the step count is known.
+    A step is full during ``warmup``, at the last step (``last_step_full``), for a row that has
+    no anchors yet, and when ``k_max`` steps have passed since the row's last full step. Other
+    steps are drafts; with ``verify``, a draft is checked once ``k_min`` drafts ran in a row.
+    ``taylor`` is the schedule without verification (``k_max = interval``).
     """
 
-    def policy(step: int, num_steps: int | None) -> bool:
-        if step < cfg.warmup:
-            return True
-        if cfg.last_step_full and num_steps is not None and step >= num_steps - 1:
-            return True
-        return (step - cfg.warmup - 1) % cfg.interval == 0
+    warmup: int
+    k_max: int
+    last_step_full: bool = True
+    k_min: int = 0
+    verify: bool = False
 
-    return policy
+    @classmethod
+    def of(cls, config: ForecastConfig | SpecaConfig) -> Schedule:
+        if isinstance(config, SpecaConfig):
+            verify = not math.isinf(config.tau(0.0))
+            return cls(config.warmup, config.k_max, config.last_step_full, config.k_min, verify)
+        return cls(config.warmup, config.interval, config.last_step_full)
+
+    def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
+        """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
+        if since_full is None or step < self.warmup:
+            return True
+        if self.last_step_full and num_steps is not None and step >= num_steps - 1:
+            return True
+        return since_full + 1 >= self.k_max
+
+    def checked(self, since_full: int | None) -> bool:
+        return self.verify and since_full is not None and since_full >= self.k_min
+
+    def without_rejections(self, num_steps: int) -> list[bool]:
+        """Which steps are full when no draft is rejected (``taylor``'s fixed schedule)."""
+        full, since = [], None
+        for step in range(num_steps):
+            full.append(self.forced_full(step, num_steps, since))
+            since = 0 if full[-1] else since + 1  # type: ignore[operator]
+        return full
+
+
+def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1") -> torch.Tensor:
+    """Per-row distance of a drafted block output to the true one (fp32, ``inf`` where not finite).
+
+    ``"rel_l1"``: ``||draft - true||_1 / ||true||_1``; ``"rel_l1_mean"``: the reference code's
+    mean of ``|draft - true| / (|true| + 1e-6)``.
+    """
+    d, y = draft.float() - true.float(), true.float()
+    dims = tuple(range(1, d.dim()))
+    if metric == "rel_l1":
+        e = d.abs().sum(dims) / y.abs().sum(dims).clamp_min(1e-12)
+    else:
+        e = (d.abs() / (y.abs() + 1e-6)).mean(dims)
+    return torch.where(torch.isfinite(e), e, torch.full_like(e, math.inf))
+
+
+UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
+                            "attention_kwargs", "joint_attention_kwargs", "return_dict"})
+"""Transformer arguments that never carry a batch dimension (never sliced by rows)."""
+
+
+def take_rows(value: Any, index: torch.Tensor, batch: int) -> Any:
+    """``value`` restricted to the rows ``index`` wherever it has a leading batch dimension."""
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, index.to(value.device)) if value.dim() and value.shape[0] == batch else value
+    if isinstance(value, dict):
+        return {k: v if k in UNBATCHED_ARGS else take_rows(v, index, batch) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(take_rows(v, index, batch) for v in value)
+    return value
+
+
+def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
+    """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs)."""
+    if isinstance(part, torch.Tensor):
+        if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
+            return whole
+        return whole.index_copy(0, index.to(whole.device), part.to(whole.dtype))
+    if isinstance(part, tuple):
+        return tuple(merge_rows(index, a, b) for a, b in zip(part, whole))
+    if hasattr(part, "keys"):  # diffusers BaseOutput
+        return type(part)(**{k: merge_rows(index, part[k], whole[k]) for k in part.keys()})
+    return whole
 
 
 class StepTracker:
@@ -83,31 +151,36 @@ def timestep_value(timestep: Any) -> float:
 
 @dataclass
 class _ListState:
-    forecasters: dict[str, TaylorForecaster] = field(default_factory=dict)
+    forecasters: dict[str, TaylorForecaster] = field(default_factory=dict)  # "list:hidden", "tail:encoder"...
     inputs: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    tail_inputs: dict[str, torch.Tensor | None] = field(default_factory=dict)
     encoder_out_none: bool = False  # the list's last block returns no text stream (SD3's last block)
 
 
 @dataclass
 class _BranchState:
     lists: list[_ListState]
-    input_shape: tuple | None = None
-
-    @property
-    def ready(self) -> bool:
-        return all(ls.forecasters and all(f.num_anchors for f in ls.forecasters.values()) for ls in self.lists)
+    input_shape: tuple | None
+    since_full: list[int | None]  # per row: drafts since the last full step (None: never full)
+    force_full: list[bool]  # per row: the lazy policy rejected the previous draft
 
 
 class ForecastHooks:
-    """Block-level forecasting on one transformer.
+    """Block-level forecasting (``taylor``) and verified forecasting (``speca``) on one transformer.
+
+    Each call is planned per batch row (:class:`Schedule`). If every row is full, the call runs
+    in full and records anchors. Otherwise a draft pass runs: no block runs except, for
+    ``speca``, the last block on the drafted input (the verifier). Rows that must be full (or,
+    with ``policy="strict"``, whose draft was rejected or not finite) are then recomputed in one
+    full pass and merged per row, so a row's output never depends on its batch neighbours.
+    A draft step costs one host read (the verifier's per-row errors); ``taylor`` has none.
 
     Args:
         transformer: a diffusers transformer (``DiTTransformer2DModel``, ``FluxTransformer2DModel``...).
-        config: the forecast config.
+        config: a :class:`ForecastConfig` or :class:`SpecaConfig`.
         stats: counters to update (``full_steps``, ``forecast_steps``, ``target_calls``...).
         num_steps_fn: returns the number of transformer steps of the current generation
             (e.g. ``len(pipe.scheduler.timesteps)``), or None if unknown.
-        policy: decides full vs forecast per step; default :func:`interval_policy`.
 
     Example:
         >>> hooks = ForecastHooks(pipe.transformer, ForecastConfig(), SpecStats())  # doctest: +SKIP
@@ -117,16 +190,16 @@ class ForecastHooks:
     def __init__(
         self,
         transformer: nn.Module,
-        config: ForecastConfig,
+        config: ForecastConfig | SpecaConfig,
         stats: SpecStats,
         num_steps_fn: Callable[[], int | None] | None = None,
-        policy: StepPolicy | None = None,
     ) -> None:
         self.transformer = transformer
         self.config = config
         self.stats = stats
         self.num_steps_fn = num_steps_fn or (lambda: None)
-        self.policy = policy or interval_policy(config)
+        self.schedule = Schedule.of(config)
+        self.verify = self.schedule.verify
         self.block_lists = find_block_lists(transformer)
         self.tracker = StepTracker()
         self._params = list(inspect.signature(transformer.forward).parameters)
@@ -134,10 +207,22 @@ class ForecastHooks:
         self._patched: list[nn.Module] = []
         self._branches: dict[int, _BranchState] = {}
         self._num_steps: int | None = None
-        self.full = True
-        self._x = 0.0
         self._branch: _BranchState | None = None
         self._peak_bytes = 0
+        # the current call
+        self.mode = "full"  # "full" or "draft"
+        self._x = 0.0
+        self._progress = 0.0
+        self._full_rows: list[bool] = []
+        self._check_rows: list[bool] = []
+        self._run_verifier = False
+        self._record_rows: list[int] | None = None
+        self._errors: torch.Tensor | None = None
+
+    @property
+    def full(self) -> bool:
+        """Whether the current call runs in full."""
+        return self.mode == "full"
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -149,11 +234,12 @@ class ForecastHooks:
         if self.attached:
             return
         self._handles.append(self.transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True))
-        self._handles.append(self.transformer.register_forward_hook(self._post_forward))
+        self._handles.append(self.transformer.register_forward_hook(self._post_forward, with_kwargs=True))
         for li, (_, blocks) in enumerate(self.block_lists):
             last = len(blocks) - 1
+            split = self.verify and li == len(self.block_lists) - 1
             for bi, block in enumerate(blocks):
-                block.forward = self._wrap(block, li, first=bi == 0, last=bi == last)
+                block.forward = self._wrap(block, li, first=bi == 0, last=bi == last, split=split)
                 self._patched.append(block)
 
     def detach(self) -> None:
@@ -185,75 +271,179 @@ class ForecastHooks:
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
-        step = self.tracker.step
+        step, num_steps = self.tracker.step, self._num_steps
         hidden = self._arg("hidden_states", args, kwargs)
         shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else None
+        rows = shape[0] if shape else 1
         branch = self._branches.get(self.tracker.branch)
-        if branch is None or branch.input_shape != shape:  # new branch, or token count changed
-            branch = _BranchState([_ListState() for _ in self.block_lists], shape)
+        if branch is None or branch.input_shape != shape:  # new branch, or token count / batch changed
+            branch = _BranchState([_ListState() for _ in self.block_lists], shape, [None] * rows, [False] * rows)
             self._branches[self.tracker.branch] = branch
         self._branch = branch
         self._x = float(step) if self.config.abscissa == "index" else t
-        self.full = self.policy(step, self._num_steps) or not branch.ready
+        self._progress = step / max(num_steps - 1, 1) if num_steps else 0.0
+        sched = self.schedule
+        self._full_rows = [sched.forced_full(step, num_steps, s) or f for s, f in zip(branch.since_full, branch.force_full)]
+        self._check_rows = [not f and sched.checked(s) for f, s in zip(self._full_rows, branch.since_full)]
+        self._errors = None
+        if all(self._full_rows):
+            self.mode, self._record_rows = "full", None
+        else:
+            self.mode, self._run_verifier = "draft", any(self._check_rows)
 
-    def _post_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if self.full:
-            self.stats.full_steps += 1
-            self.stats.target_calls += 1
-            self.stats.target_evals += 1
+    def _post_forward(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        branch = self._branch
+        assert branch is not None
+        recompute = [True] * len(self._full_rows) if self.mode == "full" else list(self._full_rows)
+        drafted = self.mode == "draft"
+        if drafted:
+            self._decide(branch, recompute)
+            if any(recompute):  # planned-full rows and strict rejections: one full pass over just those rows
+                output = self._recompute(module, args, kwargs, recompute, output)
+        for r, full in enumerate(recompute):
+            since = branch.since_full[r]
+            branch.since_full[r] = 0 if full else since + 1  # type: ignore[operator]
+            if full:
+                branch.force_full[r] = False
+        self._count(recompute, drafted)
+        return output
+
+    def _recompute(self, module: nn.Module, args: tuple, kwargs: dict, recompute: list[bool], drafted: Any) -> Any:
+        """Run the transformer in full on the rows to recompute and merge them into the drafted output."""
+        self.mode = "full"
+        if all(recompute):
+            self._record_rows = None
+            return module.forward(*args, **kwargs)
+        rows = [r for r, full in enumerate(recompute) if full]
+        batch = len(recompute)
+        index = torch.tensor(rows)
+        sub_args = [take_rows(a, index, batch) if self._params[i:i + 1] and self._params[i] not in UNBATCHED_ARGS
+                    else a for i, a in enumerate(args)]
+        sub_kwargs = {k: v if k in UNBATCHED_ARGS else take_rows(v, index, batch) for k, v in kwargs.items()}
+        self._record_rows = rows
+        return merge_rows(index, module.forward(*sub_args, **sub_kwargs), drafted)
+
+    def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:
+        """Turn the verifier's per-row errors into recompute / lazy decisions (one host read)."""
+        if not self.verify or self._errors is None:
+            return
+        errors = self._errors.tolist()
+        tau = self.config.tau(self._progress)  # type: ignore[union-attr]
+        strict = self.config.policy == "strict"  # type: ignore[union-attr]
+        checked = [e for e, c in zip(errors, self._check_rows) if c]
+        rejected_rows = 0
+        for r, e in enumerate(errors):
+            if recompute[r]:
+                continue
+            rejected = self._check_rows[r] and e >= tau
+            rejected_rows += rejected
+            if not math.isfinite(e) or (rejected and strict):
+                recompute[r] = True
+            elif rejected:
+                branch.force_full[r] = True
+        extra = self.stats.extra
+        extra["checks"] = extra.get("checks", 0) + len(checked)
+        extra["rejections"] = extra.get("rejections", 0) + rejected_rows
+        if checked:
+            extra.setdefault("checked_errors", []).append([self.tracker.step, round(max(checked), 6), round(tau, 6)])
+
+    def _count(self, recompute: list[bool], drafted: bool) -> None:
+        stats = self.stats
+        committed_drafts = recompute.count(False)
+        if any(recompute):
+            stats.full_steps += 1
+            stats.target_calls += 1
+            stats.target_evals += recompute.count(True) / len(recompute)  # rows computed in full, per row
             held = sum(f.nbytes for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
             self._peak_bytes = max(self._peak_bytes, held)
-            self.stats.extra_mem_gb = self._peak_bytes / 1e9
-        else:
-            self.stats.forecast_steps += 1
-            self.stats.draft_calls += 1
-            self.stats.accepted += 1
-            self.stats.proposed += 1
+            stats.extra_mem_gb = self._peak_bytes / 1e9
+        if drafted:
+            stats.draft_calls += 1
+            stats.proposed += self._full_rows.count(False)
+            stats.accepted += committed_drafts
+        if committed_drafts:
+            stats.forecast_steps += 1
 
     # ----------------------------------------------------------------- block wrapper
-    def _wrap(self, block: nn.Module, list_index: int, first: bool, last: bool) -> Callable[..., Any]:
+    def _wrap(self, block: nn.Module, list_index: int, first: bool, last: bool, split: bool) -> Callable[..., Any]:
+        """``split``: the verified list, whose last block is forecast (and verified) on its own."""
         original = block.forward
         io = BlockIO.for_block(block, original)
         hooks = self
+        head = "body" if split else "list"
 
         def forward(*args: Any, **kwargs: Any) -> Any:
+            state = hooks._branch.lists[list_index] if hooks._branch is not None else None
+            if state is None:
+                return original(*args, **kwargs)
             hidden = io.arg("hidden_states", args, kwargs)
             encoder = io.arg("encoder_hidden_states", args, kwargs)
-            state = hooks._branch.lists[list_index] if hooks._branch is not None else None
-            if hooks.full or state is None:
-                if first and state is not None:
+            if hooks.mode == "full":
+                if first:
                     state.inputs = {"hidden": hidden, "encoder": encoder}
+                if last and split:
+                    state.tail_inputs = {"hidden": hidden, "encoder": encoder}
                 out = original(*args, **kwargs)
-                if last and state is not None:
-                    hooks._record(state, *io.split_output(out))
+                if last:
+                    hooks._record(state, *io.split_output(out), split=split, single=first)
                 elif io.returns_tensor is None:
-                    io.split_output(out)  # learn the layout for forecast steps
+                    io.split_output(out)  # learn the layout for draft steps
                 return out
             if first:
-                hidden = hooks._apply(state, "hidden", hidden)
-                encoder = hooks._apply(state, "encoder", encoder)
-            if last and state.encoder_out_none:
-                encoder = None
-            return io.pack(hidden, encoder)
+                hidden = hooks._apply(state, f"{head}:hidden", hidden)
+                encoder = hooks._apply(state, f"{head}:encoder", encoder)
+            if not last:
+                return io.pack(hidden, encoder)
+            if not split:
+                return io.pack(hidden, None if state.encoder_out_none else encoder)
+            return hooks._verified_tail(state, io, original, args, kwargs, hidden, encoder)
 
         return forward
 
-    def _record(self, state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None) -> None:
+    def _verified_tail(self, state: _ListState, io: BlockIO, original: Callable[..., Any], args: tuple, kwargs: dict,
+                       hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
+        """The last block on a draft step: draft it, run it for real on the drafted input if a row is
+        checked, and commit the true output for checked rows."""
+        h_hat = self._apply(state, "tail:hidden", hidden)
+        e_hat = None if state.encoder_out_none else self._apply(state, "tail:encoder", encoder)
+        if not self._run_verifier:
+            self._errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
+            return io.pack(h_hat, e_hat)
+        args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder)
+        y_h, y_e = io.split_output(original(*args, **kwargs))
+        self.stats.extra["verifier_blocks"] = self.stats.extra.get("verifier_blocks", 0) + 1
+        self._errors = verify_error(h_hat, y_h, self.config.metric)  # type: ignore[union-attr]
+        checked = torch.tensor([r for r, c in enumerate(self._check_rows) if c])
+        h_out = merge_rows(checked, y_h.index_select(0, checked.to(y_h.device)), h_hat)
+        e_out = e_hat
+        if y_e is not None and e_hat is not None:
+            e_out = merge_rows(checked, y_e.index_select(0, checked.to(y_e.device)), e_hat)
+        return io.pack(h_out, e_out)
+
+    def _record(self, state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None, *, split: bool,
+                single: bool) -> None:
         outs = {"hidden": hidden, "encoder": encoder}
-        ins = state.inputs
-        for stream, out in outs.items():
-            x_in = ins.get(stream)
-            if out is None or x_in is None or out.shape != x_in.shape:
-                continue
-            f = state.forecasters.get(stream)
-            if f is None:
-                f = state.forecasters[stream] = TaylorForecaster(self.config.order, self.config.form)
-            f.update(self._x, out - x_in)
-        state.inputs = {}
+        if split:  # verified list: body = list input -> last block input; tail = the last block
+            pairs = [("tail", state.tail_inputs, outs)]
+            if not single:
+                pairs.append(("body", state.inputs, state.tail_inputs))
+        else:
+            pairs = [("list", state.inputs, outs)]
+        for head, ins, outs_ in pairs:
+            for stream in ("hidden", "encoder"):
+                x_in, out = ins.get(stream), outs_.get(stream)
+                if out is None or x_in is None or out.shape != x_in.shape:
+                    continue
+                key = f"{head}:{stream}"
+                f = state.forecasters.get(key)
+                if f is None:
+                    f = state.forecasters[key] = TaylorForecaster(self.config.order, self.config.form)
+                f.update(self._x, out - x_in, self._record_rows)
+        state.inputs, state.tail_inputs = {}, {}
         state.encoder_out_none = encoder is None
 
-    def _apply(self, state: _ListState, stream: str, x: torch.Tensor | None) -> torch.Tensor | None:
-        f = state.forecasters.get(stream)
+    def _apply(self, state: _ListState, key: str, x: torch.Tensor | None) -> torch.Tensor | None:
+        f = state.forecasters.get(key)
         if x is None or f is None:
             return x
         return (x.float() + f.forecast(self._x)).to(x.dtype)

@@ -16,7 +16,6 @@ Two forms:
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 
 import torch
@@ -101,7 +100,12 @@ def combine(anchors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.
 
 
 class TaylorForecaster:
-    """Keeps the last ``order + 1`` anchors of one feature and extrapolates it.
+    """Keeps the last ``order + 1`` anchors of one batched feature, per batch row, and extrapolates it.
+
+    The first dimension of every value is the batch. Rows normally share their anchors' abscissae
+    (one set of host weights, a scalar combination); when rows diverge (per-row decisions of
+    ``speca``), ``update(..., rows=...)`` writes only some rows and each row is extrapolated from
+    its own anchors.
 
     Args:
         order: polynomial order (uses fewer anchors until ``order + 1`` exist).
@@ -119,34 +123,91 @@ class TaylorForecaster:
             raise ValueError(f"form={form!r} is not supported: choose 'newton' or 'taylor'")
         self.order = order
         self.form = form
-        self._xs: deque[float] = deque(maxlen=order + 1)
-        self._anchors: deque[torch.Tensor] = deque(maxlen=order + 1)
-
-    def update(self, x: float, value: torch.Tensor) -> None:
-        """Append an anchor (kept in its own dtype; no copy is made)."""
-        if self._xs and x == self._xs[-1]:
-            self._xs.pop()
-            self._anchors.pop()
-        self._xs.append(float(x))
-        self._anchors.append(value.detach())
-
-    def forecast(self, x: float) -> torch.Tensor:
-        """Extrapolate to ``x``; returns fp32."""
-        if not self._anchors:
-            raise RuntimeError("forecast() called before any anchor was recorded")
-        weights = extrapolation_weights(list(self._xs), float(x), self.form)
-        return combine(list(self._anchors), weights)
+        self.reset()
 
     def reset(self) -> None:
         """Drop all anchors."""
-        self._xs.clear()
-        self._anchors.clear()
+        self._slots: list[torch.Tensor | None] = [None] * (self.order + 1)
+        self._owned: set[int] = set()  # slots holding a buffer of ours (safe to write in place)
+        self._hist: list[tuple[tuple[float, int], ...]] = []  # per row: ((x, slot), ...), oldest first
+
+    def update(self, x: float, value: torch.Tensor, rows: Sequence[int] | None = None) -> None:
+        """Record ``value`` (batch first) as the anchor at ``x`` for ``rows`` (default: all rows).
+
+        ``value`` holds either every row or just ``rows``, in that order (a sub-batch). It is kept
+        in its own dtype; a full-batch update keeps a reference, no copy. An anchor at the same
+        ``x`` as a row's latest one replaces it.
+        """
+        value = value.detach()
+        if rows is None or not self._hist:
+            if len(self._hist) != value.shape[0]:
+                self.reset()
+                self._hist = [()] * value.shape[0]
+            rows = range(len(self._hist)) if rows is None else rows
+        sub_batch = value.shape[0] != len(self._hist)
+        if sub_batch and value.shape[0] != len(rows):
+            raise ValueError(f"update: {value.shape[0]} value rows for {len(rows)} rows of a batch of {len(self._hist)}")
+        by_slot: dict[int, list[tuple[int, int]]] = {}  # slot -> [(row, row in value)]
+        for i, r in enumerate(rows):
+            hist = self._hist[r]
+            if hist and hist[-1][0] == x:
+                hist = hist[:-1]
+            used = {slot for _, slot in hist}
+            slot = next(s for s in range(self.order + 1) if s not in used) if len(hist) <= self.order else hist[0][1]
+            hist = hist[1:] if len(hist) > self.order else hist
+            self._hist[r] = (*hist, (float(x), slot))
+            by_slot.setdefault(slot, []).append((r, i if sub_batch else r))
+        for slot, pairs in by_slot.items():
+            buf = self._slots[slot]
+            if len(pairs) == len(self._hist) and not sub_batch:
+                self._slots[slot] = value
+                self._owned.discard(slot)
+                continue
+            if slot not in self._owned:
+                if buf is None:
+                    buf = torch.zeros((len(self._hist), *value.shape[1:]), dtype=value.dtype, device=value.device)
+                else:
+                    buf = buf.clone()
+                self._slots[slot] = buf
+                self._owned.add(slot)
+            target = torch.tensor([r for r, _ in pairs], device=value.device)
+            source = torch.tensor([i for _, i in pairs], device=value.device)
+            buf.index_copy_(0, target, value.index_select(0, source))  # type: ignore[union-attr]
+
+    def forecast(self, x: float) -> torch.Tensor:
+        """Extrapolate every row to ``x``; returns fp32. Rows without anchors get zeros."""
+        if not any(self._hist):
+            raise RuntimeError("forecast() called before any anchor was recorded")
+        groups: dict[tuple, list[int]] = {}
+        for r, hist in enumerate(self._hist):
+            groups.setdefault(hist, []).append(r)
+        if len(groups) == 1:  # rows in step: one scalar combination
+            hist = self._hist[0]
+            weights = extrapolation_weights([h[0] for h in hist], float(x), self.form)
+            return combine([self._slots[slot] for _, slot in hist], weights)  # type: ignore[misc]
+        table = [[0.0] * len(self._hist) for _ in self._slots]
+        for hist, rows in groups.items():
+            if not hist:
+                continue
+            weights = extrapolation_weights([h[0] for h in hist], float(x), self.form)
+            for (_, slot), w in zip(hist, weights):
+                for r in rows:
+                    table[slot][r] = w
+        ref = next(t for t in self._slots if t is not None)
+        w_all = torch.tensor(table, dtype=torch.float32).to(ref.device, non_blocking=True)
+        shape = (len(self._hist),) + (1,) * (ref.dim() - 1)
+        out = torch.zeros(ref.shape, dtype=torch.float32, device=ref.device)
+        for slot, buf in enumerate(self._slots):
+            if buf is not None:
+                out.addcmul_(buf.float(), w_all[slot].view(shape))
+        return out
 
     @property
     def num_anchors(self) -> int:
-        return len(self._anchors)
+        """Anchors of the row with the fewest (0 before any update)."""
+        return min((len(h) for h in self._hist), default=0)
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the anchors."""
-        return sum(a.numel() * a.element_size() for a in self._anchors)
+        return sum(a.numel() * a.element_size() for a in self._slots if a is not None)

@@ -51,7 +51,14 @@ def quiet_diffusers() -> Iterator[None]:
         dlog.enable_progress_bar()
 
 
-def load_pipeline(name_or_path: str | Path, *, torch_dtype: Any = None, device: Any = None) -> Any:
+def _dtype_kwarg() -> str:
+    """``dtype`` on diffusers that deprecate ``torch_dtype`` (0.42+), ``torch_dtype`` before."""
+    from diffusers.utils import deprecation_utils
+
+    return "dtype" if hasattr(deprecation_utils, "_resolve_dtype") else "torch_dtype"
+
+
+def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = None) -> Any:
     """A shipped model name (``"tiny-dit"``) or a local diffusers folder → the loaded pipeline.
 
     Raises:
@@ -67,7 +74,7 @@ def load_pipeline(name_or_path: str | Path, *, torch_dtype: Any = None, device: 
     folder = resolve_model_path(name_or_path)
     if not (folder / "model_index.json").is_file():
         raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
-    kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
+    kwargs = {_dtype_kwarg(): dtype} if dtype is not None else {}
     with quiet_diffusers():
         pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
     return pipe.to(device) if device is not None else pipe

@@ -1,12 +1,13 @@
-"""Forecast methods on diffusers DiT pipelines (``taylor``)."""
+"""Forecast methods on diffusers DiT pipelines (``taylor``, ``speca``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..api import SpeculativePipeline
-from ..config import ForecastConfig, MethodConfig
+from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.blocks import SUPPORTED_TRANSFORMERS
+from ..forecast.calibrate import resolve_thresholds
 from ..forecast.hooks import ForecastHooks
 
 
@@ -26,7 +27,10 @@ class ForecastPipeline(SpeculativePipeline):
 
     family = "diffusion"
 
-    def __init__(self, pipe: Any, config: ForecastConfig) -> None:
+    def __init__(self, pipe: Any, config: ForecastConfig | SpecaConfig) -> None:
+        self.threshold_source: str | None = None
+        if isinstance(config, SpecaConfig):
+            config, self.threshold_source = resolve_thresholds(config, getattr(pipe, "name_or_path", None))
         super().__init__(pipe, config)
         self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=lambda: _num_steps(pipe))
         self.enable()
@@ -39,7 +43,7 @@ class ForecastPipeline(SpeculativePipeline):
                 f"{type(target).__name__} has no `transformer` component (UNet pipelines are not supported "
                 f"by {config.method!r}); supported transformers: {', '.join(SUPPORTED_TRANSFORMERS)}"
             )
-        if not isinstance(config, ForecastConfig):
+        if not isinstance(config, (ForecastConfig, SpecaConfig)):
             raise ValueError(f"{type(config).__name__} is not a forecast config")
         return cls(target, config)
 

@@ -21,7 +21,7 @@ def test_loop_suite_writes_the_design_json_with_every_arm(tmp_path, model):
     assert list(runs) == ["baseline", *DEFAULT_METHODS]
     for r in runs.values():
         assert RUN_KEYS <= set(r) and r["latency_s"]["n"] == 2
-        assert r["peer"] == (r["method"] not in ("baseline", "taylor"))
+        assert r["peer"] == (r["method"] not in ("baseline", "taylor", "speca"))
     base = runs["baseline"]
     assert base["quality"]["exact"] and base["quality"]["psnr"] == 100.0 and base["speedup_vs_baseline"] == 1.0
     assert base["target_calls"] == 12
@@ -31,6 +31,12 @@ def test_loop_suite_writes_the_design_json_with_every_arm(tmp_path, model):
     assert runs["fewer-steps"]["target_calls"] == runs["fewer-steps"]["transformer_calls"] == k
     assert not runs["taylor"]["quality"]["exact"] and runs["taylor"]["quality"]["psnr"] < 100
     assert runs["diffusers-magcache"]["config"]["mag_ratios"]  # calibrated in process
+    speca = runs["speca"]
+    assert speca["stats"]["extra"]["checks"] > 0 and speca["config"]["tau0"] is not None  # fallback thresholds
+    assert 0 < speca["target_evals"] < base["target_evals"]
+    # schedule-driven peers really skip work (FirstBlockCache's gate rarely opens on random weights)
+    for peer in ("diffusers-taylorseer", "diffusers-magcache"):
+        assert runs[peer]["target_evals"] < base["target_evals"], peer
 
 
 def test_shipped_pipeline_suite_reports_fid_and_accuracy():
@@ -41,6 +47,18 @@ def test_shipped_pipeline_suite_reports_fid_and_accuracy():
         q = r["quality"]
         assert q["fid"] is not None and 0 <= q["accuracy"] <= 1 and q["ssim"] is not None
     assert doc["runs"][0]["target_calls"] == 10
+
+
+def test_overrides_target_one_method_or_every_method_with_the_field():
+    from diffspec.bench.dit_cache import method_configs
+
+    configs = method_configs({"order": 2, "speca.k_max": 4, "taylor.interval": 3})
+    assert configs["taylor"].order == configs["speca"].order == 2
+    assert configs["speca"].k_max == 4 and configs["taylor"].interval == 3
+    with pytest.raises(ValueError, match="--set bogus"):
+        method_configs({"bogus": 1})
+    with pytest.raises(ValueError, match="no field"):
+        method_configs({"taylor.k_max": 4})
 
 
 def test_bad_arguments_are_value_errors():

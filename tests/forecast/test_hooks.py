@@ -4,7 +4,7 @@ import torch
 from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
-from diffspec.forecast.hooks import ForecastHooks, StepTracker, interval_policy
+from diffspec.forecast.hooks import ForecastHooks, Schedule, StepTracker
 from diffspec.stats import SpecStats
 
 MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
@@ -57,8 +57,8 @@ def test_forecast_steps_run_no_block_and_detach_restores(name):
     out = _loop(model, x0, call, ts, on_step)
     per_step.append(calls["n"])
     ran = [b - a for a, b in zip(per_step, per_step[1:])]
-    policy = interval_policy(ForecastConfig())
-    expected_full = [policy(i, 20) for i in range(20)]
+    expected_full = Schedule.of(ForecastConfig()).without_rejections(20)
+    assert [i for i, f in enumerate(expected_full) if f] == [0, 1, 2, 7, 12, 17, 19]
     assert [r > 0 for r in ran] == expected_full  # forecast steps run no module inside any block
     assert stats.full_steps == sum(expected_full) == 7 and stats.forecast_steps == 13
     assert stats.target_calls == 7 and stats.draft_calls == 13

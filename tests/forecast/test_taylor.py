@@ -85,3 +85,27 @@ def test_duplicate_abscissa_replaces_anchor_and_bad_form_rejected():
     assert f.num_anchors == 1
     with pytest.raises(ValueError, match="form"):
         TaylorForecaster(1, "spline")
+
+
+def test_rows_updated_separately_forecast_from_their_own_anchors():
+    """Per-row updates: each row must match a forecaster that only ever saw that row."""
+    g = torch.Generator().manual_seed(0)
+    batch = TaylorForecaster(order=2)
+    singles = [TaylorForecaster(order=2) for _ in range(3)]
+    plan = [(0.0, None), (1.0, None), (2.5, [0, 2]), (3.0, [1]), (4.0, [0]), (5.5, [1, 2]), (6.0, None)]
+    for k, (x, rows) in enumerate(plan):
+        value = torch.randn(3, 4, generator=g)
+        original = value.clone()
+        if rows is not None and k % 2:  # a sub-batch: just the updated rows, in order
+            batch.update(x, value[rows], rows)
+            for i, r in enumerate(rows):
+                singles[r].update(x, value[rows][i : i + 1])
+        else:
+            batch.update(x, value, rows)
+            for r in rows if rows is not None else range(3):
+                singles[r].update(x, value[r : r + 1])
+        assert torch.equal(value, original)  # the caller's tensor is never written
+        for target in (x + 0.5, x + 2.0):
+            expected = torch.cat([s.forecast(target) for s in singles])
+            torch.testing.assert_close(batch.forecast(target), expected, rtol=1e-5, atol=1e-5)
+    assert batch.num_anchors == 3

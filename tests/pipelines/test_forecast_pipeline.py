@@ -15,7 +15,7 @@ def test_taylor_on_dit_pipeline_counts_steps_and_disable_is_bit_identical(tiny_d
     out = spec(class_labels=[0, 1], num_inference_steps=20, generator=g, output_type="pt")
     stats = out.spec_stats
     assert stats is spec.stats and stats.method == "taylor"
-    # 20 steps, warmup 3, interval 5, last step full: full at 0,1,2,4,9,14,19
+    # 20 steps, warmup 3, interval 5, last step full: full at 0,1,2,7,12,17,19
     assert (stats.full_steps, stats.forecast_steps, stats.target_calls) == (7, 13, 7)
     assert stats.wall_s > 0 and stats.extra_mem_gb > 0
     assert not torch.equal(out.images, baseline)
@@ -57,3 +57,27 @@ def test_from_pretrained_local_folder(tmp_path, tiny_dit_pipe):
     baseline = _run(tiny_dit_pipe, steps=6)
     spec.disable()
     torch.testing.assert_close(_run(spec.pipe, steps=6), baseline)
+
+
+def test_speca_on_dit_pipeline_with_calibration_file(tiny_dit_pipe, tmp_path):
+    from diffspec.forecast.calibrate import CALIBRATION_FILE, save_calibration
+
+    baseline = _run(tiny_dit_pipe)
+    spec = SpeculativePipeline.from_pipe(tiny_dit_pipe, method="speca", k_min=0)
+    assert spec.threshold_source == "fallback" and spec.config.calibrated
+    out = _run(spec)
+    stats = spec.stats
+    assert stats.method == "speca" and stats.full_steps + stats.forecast_steps == 20
+    assert stats.extra["checks"] > 0 and stats.extra["verifier_blocks"] > 0
+    assert -10 * torch.log10(((out - baseline) ** 2).mean()) > 20
+    spec.disable()
+    assert torch.equal(_run(tiny_dit_pipe), baseline)
+
+    # a saved pipeline folder with a calibration file: speca reads its thresholds
+    tiny_dit_pipe.save_pretrained(tmp_path)
+    save_calibration({"tau0": 0.5, "beta": 0.25, "tau_min": 0.0}, tmp_path)
+    spec = SpeculativePipeline.from_pretrained(tmp_path, method="speca")
+    assert spec.threshold_source.endswith(CALIBRATION_FILE)
+    assert (spec.config.tau0, spec.config.beta, spec.config.tau_min) == (0.5, 0.25, 0.0)
+    spec = SpeculativePipeline.from_pretrained(tmp_path, method="speca", tau0=0.1)  # explicit values win
+    assert spec.config.tau0 == 0.1 and spec.config.beta == 0.25

@@ -1,0 +1,170 @@
+"""Calibrating ``speca``'s threshold schedule to a target quality, and loading the result.
+
+:func:`calibrate_speca` first runs the full-compute generations, then a probe run that accepts
+every draft while logging the verifier's errors, which sets the range of ``tau0`` to search.
+Every ``(tau0, beta)`` of the grid is then run for real on the calibration seeds, and the one
+with the fewest full steps whose mean PSNR against the full-compute output reaches the target
+is kept (ties: higher PSNR). Steps count per batch row (``SpecStats.target_evals``): rows decide
+on their own and only the rows that need it are recomputed. Searching with real runs, rather than fitting a curve to shadow
+errors, guarantees the target on the calibration set: the errors depend on the schedule chosen.
+
+The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import SpecaConfig, check_float
+from ..progress import progress
+from ..stats import SpecStats
+
+CALIBRATION_FILE = "diffspec_speca.json"
+BETA_GRID = (1.0, 0.5, 0.25, 0.1)
+
+Generate = Callable[[SpecaConfig | None], tuple[torch.Tensor, SpecStats | None]]
+"""``generate(config)``: the calibration samples with ``speca`` at ``config`` (None: full compute)."""
+
+
+def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: SpecaConfig | None = None,
+                    tau_points: int = 10, betas: Sequence[float] = BETA_GRID, data_range: float | None = None,
+                    show_progress: bool = True) -> dict[str, Any]:
+    """Search ``tau0`` and ``beta`` for the cheapest ``speca`` schedule that keeps ``target_psnr``.
+
+    Args:
+        generate: runs the calibration samples (see :data:`Generate`).
+        target_psnr: mean PSNR (dB) against the full-compute samples to reach.
+        base: the other ``speca`` settings (order, k_min, k_max...); default :class:`SpecaConfig`.
+        tau_points: ``tau0`` values, log-spaced over the range of errors seen in the probe run.
+        betas: ``beta`` values to try.
+        data_range: PSNR data range (1.0 for images in [0, 1]; None: the reference's range).
+
+    Returns:
+        The calibration record (``tau0``, ``beta``, ``tau_min``, achieved PSNR, full steps, grid).
+
+    Example:
+        >>> record = calibrate_speca(generate, target_psnr=30)  # doctest: +SKIP
+        >>> SpecaConfig(**{k: record[k] for k in ("tau0", "beta", "tau_min")})  # doctest: +SKIP
+    """
+    from ..bench.quality import psnr
+
+    check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
+    base = base or SpecaConfig()
+    reference, _ = generate(None)
+    probe_cfg = base.replace(tau0=1e30, beta=1.0, tau_min=0.0)  # finite: checks run, nothing is rejected
+    _, probe = generate(probe_cfg)
+    errors = [e for _, e, _ in (probe.extra.get("checked_errors", []) if probe else [])]
+    if not errors:
+        raise ValueError("calibration: the probe run checked no draft; lower k_min or raise k_max "
+                         f"(k_min={base.k_min}, k_max={base.k_max})")
+    lo, hi = max(min(errors), 1e-8) * 0.5, max(errors) * 1.5
+    taus = [lo * (hi / lo) ** (i / max(tau_points - 1, 1)) for i in range(tau_points)]
+    grid = []
+    for tau0, beta in progress([(t, b) for t in taus for b in betas], desc="calibrate", disable=not show_progress):
+        cfg = base.replace(tau0=tau0, beta=beta, tau_min=0.0)
+        images, stats = generate(cfg)
+        grid.append({"tau0": tau0, "beta": beta, "psnr": psnr(images, reference, data_range),
+                     "full_steps": round(stats.target_evals, 3) if stats else None})
+    ok = [g for g in grid if g["psnr"] >= target_psnr]
+    best = min(ok, key=lambda g: (g["full_steps"], -g["psnr"])) if ok else max(grid, key=lambda g: g["psnr"])
+    return {"method": "speca", "tau0": best["tau0"], "beta": best["beta"], "tau_min": 0.0,
+            "target_psnr": target_psnr, "reached": bool(ok), "psnr": best["psnr"],
+            "full_steps": best["full_steps"],  # per sample (batch rows decide on their own)
+            "base": {k: v for k, v in base.to_dict().items() if k not in ("tau0", "beta", "tau_min")},
+            "probe_errors": [min(errors), max(errors)], "grid": grid}
+
+
+def save_calibration(record: dict[str, Any], folder: str | Path) -> Path:
+    """Write ``record`` as :data:`CALIBRATION_FILE` in ``folder``; returns the path."""
+    path = Path(folder) / CALIBRATION_FILE
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def load_calibration(folder: str | Path | None) -> dict[str, Any] | None:
+    """The calibration record saved in a model folder, or None."""
+    if folder is None:
+        return None
+    path = Path(folder) / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        return record if all(k in record for k in ("tau0", "beta", "tau_min")) else None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); rerun `diffspec calibrate`") from exc
+
+
+def resolve_thresholds(config: SpecaConfig, folder: str | Path | None) -> tuple[SpecaConfig, str]:
+    """Fill unset thresholds: from the model folder's calibration, else the generic fallback.
+
+    Returns the completed config and where its thresholds came from.
+    """
+    if config.calibrated:
+        return config, "config"
+    record = load_calibration(folder)
+    if record is not None:
+        values = {k: float(record[k]) for k in ("tau0", "beta", "tau_min") if getattr(config, k) is None}
+        return config.replace(**values), str(Path(folder) / CALIBRATION_FILE)  # type: ignore[arg-type]
+    return config.with_fallback(), "fallback"
+
+
+def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps: int | None = None, samples: int = 8,
+                    device: str | None = None, dtype: str | None = None, guidance_scale: float = 4.0,
+                    out: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                    show_progress: bool = True) -> tuple[dict[str, Any], Path]:
+    """Calibrate ``speca`` on a model and save the record (what ``diffspec calibrate`` runs).
+
+    Args:
+        model: a shipped name or local ``DiTPipeline`` folder (saved next to it by default), or a
+            ``diffspec.bench.models`` architecture name (random weights; ``out`` required).
+        target_psnr: see :func:`calibrate_speca`.
+        steps: inference steps (default: the model's usual, 50 or 28).
+        samples: calibration samples (seeds 5000 onwards, never used by the benchmarks).
+        out: folder to write :data:`CALIBRATION_FILE` into.
+        overrides: other ``speca`` settings (``k_max``, ``order``...).
+
+    Example:
+        >>> record, path = calibrate_model("tiny-dit", target_psnr=30)  # doctest: +SKIP
+    """
+    from ..bench.dit_cache import default_steps, make_workload
+    from ..bench.models import SPECS
+    from ..models import resolve_model_path
+
+    check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
+    if model in SPECS and out is None:
+        raise ValueError(f"--model {model} is a random-weight architecture with no folder; pass --out FOLDER")
+    folder = Path(out) if out is not None else resolve_model_path(model)
+    if not folder.is_dir():
+        raise ValueError(f"calibration output folder {folder} does not exist")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
+    steps = steps or default_steps(model)
+    workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
+                             guidance_scale=guidance_scale)
+    seeds = list(range(5000, 5000 + samples))
+
+    def generate(config: SpecaConfig | None) -> tuple[torch.Tensor, SpecStats | None]:
+        if config is None:
+            return workload.generate(seeds), None
+        arm = workload.method_arm("speca", config)
+        arm.enable()
+        try:
+            images = arm.run(seeds)
+        finally:
+            arm.disable()
+        spec = getattr(arm, "spec", None)
+        return images, spec.stats if spec is not None else arm.stats_obj  # type: ignore[attr-defined]
+
+    with torch.inference_mode():
+        record = calibrate_speca(generate, target_psnr=target_psnr, base=SpecaConfig().replace(**(overrides or {})),
+                                 data_range=1.0 if workload.mode == "pipeline" else None,
+                                 show_progress=show_progress)
+    record.update(model=str(model), steps=steps, samples=samples, seeds=[seeds[0], seeds[-1]], dtype=dtype_name,
+                  guidance_scale=guidance_scale if workload.mode == "pipeline" else None)
+    return record, save_calibration(record, folder)

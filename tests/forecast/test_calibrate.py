@@ -1,0 +1,37 @@
+import json
+
+import pytest
+
+from diffspec.cli import main
+from diffspec.config import SpecaConfig
+from diffspec.forecast.calibrate import CALIBRATION_FILE, calibrate_model, load_calibration, resolve_thresholds
+
+
+def test_calibration_reaches_the_target_and_is_loaded_by_default(tmp_path):
+    record, path = calibrate_model("tiny-dit-random", target_psnr=45.0, steps=16, samples=1, out=tmp_path,
+                                   overrides={"k_min": 0}, show_progress=False)
+    assert path == tmp_path / CALIBRATION_FILE and load_calibration(tmp_path)["tau0"] == record["tau0"]
+    assert record["reached"] and record["psnr"] >= 45.0
+    grid = record["grid"]
+    assert len(grid) == 40 and record["full_steps"] == min(g["full_steps"] for g in grid if g["psnr"] >= 45.0)
+    assert min(g["full_steps"] for g in grid) < max(g["full_steps"] for g in grid)  # the grid spans real choices
+    cfg, source = resolve_thresholds(SpecaConfig(), tmp_path)
+    assert (cfg.tau0, cfg.beta, cfg.tau_min) == (record["tau0"], record["beta"], 0.0) and source == str(path)
+    assert resolve_thresholds(SpecaConfig(), tmp_path / "nowhere") == (SpecaConfig().with_fallback(), "fallback")
+
+
+def test_calibrate_cli(tmp_path, capsys):
+    assert main(["calibrate", "--model", "tiny-dit-random", "--steps", "12", "--samples", "1", "--target-psnr", "40",
+                 "--set", "k_min=0", "--out", str(tmp_path)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert json.loads((tmp_path / CALIBRATION_FILE).read_text())["steps"] == 12
+    assert main(["calibrate", "--model", "tiny-dit-random"]) == 2  # no folder to write into
+    assert "--out" in capsys.readouterr().err
+    assert main(["calibrate", "--model", "tiny-dit-random", "--target-psnr", "-3", "--out", str(tmp_path)]) == 2
+    assert "target_psnr=-3" in capsys.readouterr().err
+
+
+def test_corrupt_calibration_file_is_a_clear_error(tmp_path):
+    (tmp_path / CALIBRATION_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="diffspec calibrate"):
+        load_calibration(tmp_path)
