@@ -100,7 +100,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     pipe = load_pipeline(args.model, dtype=getattr(torch, args.dtype), device=device)
     pipe.set_progress_bar_config(disable=True)
     runner = pipe if config is None else SpeculativePipeline.from_pipe(pipe, method=config)
-    config = None if config is None else config.to_dict()
+    config = None if config is None else runner.config.to_dict()  # speca: with its resolved thresholds
     record = {"model": args.model, "method": args.method, "config": config, "dtype": args.dtype, "device": device}
     manifest = generate_to_folder(runner, prompts, args.out, seed=args.seed, batch_size=args.batch_size,
                                   steps=args.steps, guidance_scale=args.guidance_scale, device=device, record=record)

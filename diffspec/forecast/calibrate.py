@@ -25,7 +25,7 @@ from ..progress import progress
 from ..stats import SpecStats
 
 CALIBRATION_FILE = "diffspec_speca.json"
-BETA_GRID = (1.0, 0.5, 0.25, 0.1)
+BETA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 
 Generate = Callable[[SpecaConfig | None], tuple[torch.Tensor, SpecStats | None]]
 """``generate(config)``: the calibration samples with ``speca`` at ``config`` (None: full compute)."""

@@ -72,15 +72,19 @@ class Schedule:
         return full
 
 
-def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1") -> torch.Tensor:
+def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1",
+                 block_input: torch.Tensor | None = None) -> torch.Tensor:
     """Per-row distance of a drafted block output to the true one (fp32, ``inf`` where not finite).
 
-    ``"rel_l1"``: ``||draft - true||_1 / ||true||_1``; ``"rel_l1_mean"``: the reference code's
-    mean of ``|draft - true| / (|true| + 1e-6)``.
+    ``"rel_l1"``: ``||draft - true||_1 / ||true||_1``; ``"rel_res"``: the same relative to the
+    block's own residual ``true - block_input``; ``"rel_l1_mean"``: the reference code's mean of
+    ``|draft - true| / (|true| + 1e-6)``.
     """
     d, y = draft.float() - true.float(), true.float()
     dims = tuple(range(1, d.dim()))
-    if metric == "rel_l1":
+    if metric == "rel_res" and block_input is not None:
+        y = y - block_input.float()
+    if metric in ("rel_l1", "rel_res"):
         e = d.abs().sum(dims) / y.abs().sum(dims).clamp_min(1e-12)
     else:
         e = (d.abs() / (y.abs() + 1e-6)).mean(dims)
@@ -412,7 +416,7 @@ class ForecastHooks:
         args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder)
         y_h, y_e = io.split_output(original(*args, **kwargs))
         self.stats.extra["verifier_blocks"] = self.stats.extra.get("verifier_blocks", 0) + 1
-        self._errors = verify_error(h_hat, y_h, self.config.metric)  # type: ignore[union-attr]
+        self._errors = verify_error(h_hat, y_h, self.config.metric, hidden)  # type: ignore[union-attr]
         checked = torch.tensor([r for r, c in enumerate(self._check_rows) if c])
         h_out = merge_rows(checked, y_h.index_select(0, checked.to(y_h.device)), h_hat)
         e_out = e_hat

@@ -4,7 +4,12 @@ import pytest
 
 from diffspec.cli import main
 from diffspec.config import SpecaConfig
-from diffspec.forecast.calibrate import CALIBRATION_FILE, calibrate_model, load_calibration, resolve_thresholds
+from diffspec.forecast.calibrate import (
+    CALIBRATION_FILE,
+    calibrate_model,
+    load_calibration,
+    resolve_thresholds,
+)
 
 
 def test_calibration_reaches_the_target_and_is_loaded_by_default(tmp_path):
@@ -13,7 +18,7 @@ def test_calibration_reaches_the_target_and_is_loaded_by_default(tmp_path):
     assert path == tmp_path / CALIBRATION_FILE and load_calibration(tmp_path)["tau0"] == record["tau0"]
     assert record["reached"] and record["psnr"] >= 45.0
     grid = record["grid"]
-    assert len(grid) == 40 and record["full_steps"] == min(g["full_steps"] for g in grid if g["psnr"] >= 45.0)
+    assert len(grid) == 60 and record["full_steps"] == min(g["full_steps"] for g in grid if g["psnr"] >= 45.0)
     assert min(g["full_steps"] for g in grid) < max(g["full_steps"] for g in grid)  # the grid spans real choices
     cfg, source = resolve_thresholds(SpecaConfig(), tmp_path)
     assert (cfg.tau0, cfg.beta, cfg.tau_min) == (record["tau0"], record["beta"], 0.0) and source == str(path)

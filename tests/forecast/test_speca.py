@@ -51,7 +51,7 @@ def test_tau_inf_equals_taylor_at_interval_k_max(name):
 def test_accepted_drafts_commit_the_verified_block():
     """Accept everything: same schedule as taylor, but the last block ran on each checked draft."""
     taylor, _ = _run("tiny-dit-random", ForecastConfig(order=2, interval=4))
-    speca, stats = _run("tiny-dit-random", SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0))
+    speca, stats = _run("tiny-dit-random", SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0, order=2))
     baseline, _ = _run("tiny-dit-random", None)
     assert stats.extra["rejections"] == 0 and stats.extra["checks"] == stats.forecast_steps
     assert stats.extra["verifier_blocks"] == stats.forecast_steps
@@ -113,8 +113,8 @@ def test_lazy_keeps_the_rejected_draft_and_makes_the_next_step_full():
 def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="k_max=0"):
         SpecaConfig(k_max=0)
-    with pytest.raises(ValueError, match="beta=1.5"):
-        SpecaConfig(beta=1.5)
+    with pytest.raises(ValueError, match="beta=150"):
+        SpecaConfig(beta=150.0)
     with pytest.raises(ValueError, match="policy='eager'"):
         SpecaConfig(policy="eager")
     assert SpecaConfig().tau(0.0) == pytest.approx(0.1) and SpecaConfig(tau0=math.inf).tau(1.0) == math.inf
