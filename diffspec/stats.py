@@ -23,7 +23,9 @@ class SpecStats:
             pipeline with separate CFG calls counts each branch).
         forecast_steps: denoising steps whose block outputs were forecast.
         extra_mem_gb: peak memory held by the method's caches (GB).
-        extra: method-specific values.
+        extra: method-specific values. ``speca``: ``checks`` and ``rejections`` (batch rows),
+            ``verifier_blocks`` (verifier block calls), ``verifier_evals`` (their work in full-step
+            equivalents, per row) and ``checked_errors`` ([step, largest error, threshold] per check).
 
     Example:
         >>> s = SpecStats(method="taylor", full_steps=10, forecast_steps=40)

@@ -4,8 +4,9 @@
 every draft while logging the verifier's errors, which sets the range of ``tau0`` to search.
 Every ``(tau0, beta)`` of the grid is then run for real on the calibration seeds, and the one
 with the fewest full steps whose mean PSNR against the full-compute output reaches the target
-is kept (ties: higher PSNR). Steps count per batch row (``SpecStats.target_evals``): rows decide
-on their own and only the rows that need it are recomputed. Searching with real runs, rather than fitting a curve to shadow
+is kept (ties: higher PSNR). Full steps count per batch row (``SpecStats.target_evals``: rows
+decide on their own and only the rows that need it are recomputed), plus the verifier's blocks in
+full-step equivalents. Searching with real runs, rather than fitting a curve to shadow
 errors, guarantees the target on the calibration set: the errors depend on the schedule chosen.
 
 The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it.
@@ -69,12 +70,13 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
         cfg = base.replace(tau0=tau0, beta=beta, tau_min=0.0)
         images, stats = generate(cfg)
         grid.append({"tau0": tau0, "beta": beta, "psnr": psnr(images, reference, data_range),
-                     "full_steps": round(stats.target_evals, 3) if stats else None})
+                     "full_steps": round(stats.target_evals + stats.extra.get("verifier_evals", 0.0), 3)
+                     if stats else None})
     ok = [g for g in grid if g["psnr"] >= target_psnr]
     best = min(ok, key=lambda g: (g["full_steps"], -g["psnr"])) if ok else max(grid, key=lambda g: g["psnr"])
     return {"method": "speca", "tau0": best["tau0"], "beta": best["beta"], "tau_min": 0.0,
             "target_psnr": target_psnr, "reached": bool(ok), "psnr": best["psnr"],
-            "full_steps": best["full_steps"],  # per sample (batch rows decide on their own)
+            "full_steps": best["full_steps"],  # per sample, verifier included
             "base": {k: v for k, v in base.to_dict().items() if k not in ("tau0", "beta", "tau_min")},
             "probe_errors": [min(errors), max(errors)], "grid": grid}
 

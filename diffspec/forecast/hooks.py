@@ -205,6 +205,7 @@ class ForecastHooks:
         self.schedule = Schedule.of(config)
         self.verify = self.schedule.verify
         self.block_lists = find_block_lists(transformer)
+        self._num_blocks = sum(len(blocks) for _, blocks in self.block_lists)
         self.tracker = StepTracker()
         self._params = list(inspect.signature(transformer.forward).parameters)
         self._handles: list[Any] = []
@@ -414,14 +415,22 @@ class ForecastHooks:
             self._errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
             return io.pack(h_hat, e_hat)
         args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder)
+        batch, rows = len(self._check_rows), [r for r, c in enumerate(self._check_rows) if c]
+        checked = torch.tensor(rows)
+        if len(rows) < batch:  # run the verifier on the checked rows only
+            names = {i: n for n, i in io.param_index.items()}
+            args = tuple(a if names.get(i) in UNBATCHED_ARGS else take_rows(a, checked, batch) for i, a in enumerate(args))
+            kwargs = {k: v if k in UNBATCHED_ARGS else take_rows(v, checked, batch) for k, v in kwargs.items()}
         y_h, y_e = io.split_output(original(*args, **kwargs))
-        self.stats.extra["verifier_blocks"] = self.stats.extra.get("verifier_blocks", 0) + 1
-        self._errors = verify_error(h_hat, y_h, self.config.metric, hidden)  # type: ignore[union-attr]
-        checked = torch.tensor([r for r, c in enumerate(self._check_rows) if c])
-        h_out = merge_rows(checked, y_h.index_select(0, checked.to(y_h.device)), h_hat)
-        e_out = e_hat
-        if y_e is not None and e_hat is not None:
-            e_out = merge_rows(checked, y_e.index_select(0, checked.to(y_e.device)), e_hat)
+        extra = self.stats.extra
+        extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
+        extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(rows) / batch / self._num_blocks
+        index = checked.to(h_hat.device)
+        errors = verify_error(h_hat.index_select(0, index), y_h, self.config.metric,  # type: ignore[union-attr]
+                              hidden.index_select(0, index))
+        self._errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)
+        h_out = merge_rows(checked, y_h, h_hat)
+        e_out = merge_rows(checked, y_e, e_hat) if y_e is not None and e_hat is not None else e_hat
         return io.pack(h_out, e_out)
 
     def _record(self, state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None, *, split: bool,

@@ -96,7 +96,7 @@ def test_non_finite_draft_falls_back_to_full_compute(monkeypatch):
         return real(self, x) * float("nan")
 
     monkeypatch.setattr(TaylorForecaster, "forecast", poisoned)
-    cfg = SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_min=5)  # checks never start: only NaN can reject
+    cfg = SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_min=5)  # huge tau: only a non-finite draft fails
     out, stats = _run("tiny-dit-random", cfg)
     assert torch.equal(out, baseline) and stats.target_calls == STEPS and stats.accepted == 0
 
