@@ -70,6 +70,9 @@ def test_speca_on_dit_pipeline_with_calibration_file(tiny_dit_pipe, tmp_path):
     assert stats.method == "speca" and stats.full_steps + stats.forecast_steps == 20
     assert stats.extra["checks"] > 0 and stats.extra["verifier_blocks"] > 0
     assert -10 * torch.log10(((out - baseline) ** 2).mean()) > 20
+    assert torch.equal(_run(spec), out)  # a new call starts a new generation: same result
+    _run(spec, steps=12)  # another step count in the next call
+    assert spec.stats.full_steps + spec.stats.forecast_steps == 12
     spec.disable()
     assert torch.equal(_run(tiny_dit_pipe), baseline)
 
