@@ -19,10 +19,11 @@ class TransformerSpec:
     """How to build one transformer and feed it (latent shape, conditioning)."""
 
     name: str
-    family: str  # dit | pixart | sd3 | flux
+    family: str  # dit | pixart | sd3 | flux | sana | hunyuandit | cogvideox | wan | hunyuanvideo | ltx
     config: dict[str, Any]
     latent_hw: int  # latent height = width
     text_tokens: int = 0
+    frames: int = 0  # latent frames (video families); 0 for image families
 
 
 SPECS: dict[str, TransformerSpec] = {
@@ -82,24 +83,78 @@ SPECS: dict[str, TransformerSpec] = {
              guidance_embeds=False, axes_dims_rope=(4, 6, 6)),
         4, 6,
     ),
+    "tiny-sana": TransformerSpec(
+        "tiny-sana", "sana",
+        dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=3,
+             num_cross_attention_heads=2, cross_attention_head_dim=16, cross_attention_dim=32,
+             caption_channels=24, sample_size=8, patch_size=1),
+        8, 6,
+    ),
+    # text_len (CLIP/BERT tokens) and text_len_t5 are fixed by the config; num_layers must be even
+    # for the long skips (block i < n/2 - 1 feeds block n - 1 - i).
+    "tiny-hunyuandit": TransformerSpec(
+        "tiny-hunyuandit", "hunyuandit",
+        dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, patch_size=2, sample_size=8,
+             hidden_size=32, num_layers=4, cross_attention_dim=24, cross_attention_dim_t5=32,
+             pooled_projection_dim=16, text_len=6, text_len_t5=8),
+        8, 6,
+    ),
+    # CogVideoX-2b style (sincos positions); text tokens must equal max_text_seq_length
+    "tiny-cogvideox": TransformerSpec(
+        "tiny-cogvideox", "cogvideox",
+        dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, time_embed_dim=32,
+             text_embed_dim=24, num_layers=3, sample_width=4, sample_height=4, sample_frames=5, patch_size=2,
+             max_text_seq_length=6),
+        4, 6, 2,
+    ),
+    "tiny-wan": TransformerSpec(
+        "tiny-wan", "wan",
+        dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+             text_dim=24, freq_dim=32, ffn_dim=64, num_layers=3, rope_max_seq_len=32),
+        4, 6, 2,
+    ),
+    "tiny-hunyuanvideo": TransformerSpec(
+        "tiny-hunyuanvideo", "hunyuanvideo",
+        dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2,
+             num_single_layers=2, num_refiner_layers=1, patch_size=2, patch_size_t=1, text_embed_dim=24,
+             pooled_projection_dim=16, rope_axes_dim=(4, 6, 6), guidance_embeds=True),
+        4, 6, 2,
+    ),
+    "tiny-ltx": TransformerSpec(
+        "tiny-ltx", "ltx",
+        dict(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=2,
+             attention_head_dim=16, cross_attention_dim=32, num_layers=3, caption_channels=24),
+        4, 6, 2,
+    ),
 }
+
+FLOW_1000_FAMILIES = ("sana", "wan", "hunyuanvideo", "ltx")
+"""Flow-matching families whose pipelines pass ``1000 * sigma`` as the timestep."""
 
 
 def build_transformer(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32,
                       device: str | torch.device = "cpu") -> nn.Module:
     """A random-weight transformer of the named spec (see :data:`SPECS`)."""
     from diffusers import (
+        CogVideoXTransformer3DModel,
         DiTTransformer2DModel,
         FluxTransformer2DModel,
+        HunyuanDiT2DModel,
+        HunyuanVideoTransformer3DModel,
+        LTXVideoTransformer3DModel,
         PixArtTransformer2DModel,
+        SanaTransformer2DModel,
         SD3Transformer2DModel,
+        WanTransformer3DModel,
     )
 
     if name not in SPECS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SPECS)}")
     spec = SPECS[name]
     cls = {"dit": DiTTransformer2DModel, "pixart": PixArtTransformer2DModel, "sd3": SD3Transformer2DModel,
-           "flux": FluxTransformer2DModel}[spec.family]
+           "flux": FluxTransformer2DModel, "sana": SanaTransformer2DModel, "hunyuandit": HunyuanDiT2DModel,
+           "cogvideox": CogVideoXTransformer3DModel, "wan": WanTransformer3DModel,
+           "hunyuanvideo": HunyuanVideoTransformer3DModel, "ltx": LTXVideoTransformer3DModel}[spec.family]
     torch.manual_seed(seed)
     with torch.device(device):
         model = cls(**spec.config)
@@ -117,8 +172,10 @@ def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = 
               device: str | torch.device = "cpu") -> tuple[torch.Tensor, Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]]:
     """Initial latents and ``call(model, latents, t) -> prediction`` with fixed random conditioning.
 
-    ``t`` is a scalar tensor in the model's own timestep units (DiT/PixArt: 0..999; SD3: 0..1000;
-    Flux: sigma in 0..1).
+    ``t`` is a scalar tensor in the model's own timestep units (DiT/PixArt/HunyuanDiT/CogVideoX:
+    0..999; SD3/Sana/Wan/HunyuanVideo/LTX: 0..1000; Flux: sigma in 0..1). Latents are laid out as
+    the model takes them: ``(B, C, H, W)`` for images, ``(B, F, C, H, W)`` for CogVideoX,
+    ``(B, C, F, H, W)`` for Wan and HunyuanVideo, packed ``(B, F*H*W, C)`` for LTX.
     """
     spec = SPECS[name]
     g = torch.Generator("cpu").manual_seed(seed)
@@ -128,6 +185,8 @@ def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = 
         return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
     hw = spec.latent_hw
+    if spec.family in _EXTRA_CALLS:
+        return _EXTRA_CALLS[spec.family](spec, batch, rand, device, dtype)
     if spec.family == "flux":
         latents = rand(batch, hw * hw, cfg["in_channels"])
         text = rand(batch, spec.text_tokens, cfg["joint_attention_dim"])
@@ -172,10 +231,131 @@ def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = 
     return latents, call
 
 
+Call = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+Rand = Callable[..., torch.Tensor]
+
+
+def _text_mask(batch: int, tokens: int, device: str | torch.device) -> torch.Tensor:
+    """A tokenizer's attention mask for a prompt one token shorter than the padded length."""
+    mask = torch.ones(batch, tokens, dtype=torch.long, device=device)
+    mask[:, -1] = 0
+    return mask
+
+
+def _sana_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+               dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    cfg, hw = spec.config, spec.latent_hw
+    latents = rand(batch, cfg["in_channels"], hw, hw)
+    text = rand(batch, spec.text_tokens, cfg["caption_channels"])
+    mask = _text_mask(batch, spec.text_tokens, device)
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        timestep = t.expand(x.shape[0]) * cfg.get("timestep_scale", 1.0)  # as SanaPipeline
+        return model(x, encoder_hidden_states=text, encoder_attention_mask=mask, timestep=timestep,
+                     return_dict=False)[0]
+
+    return latents, call
+
+
+def _hunyuandit_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+                     dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    from diffusers.models.embeddings import get_2d_rotary_pos_embed
+
+    cfg, hw = spec.config, spec.latent_hw
+    latents = rand(batch, cfg["in_channels"], hw, hw)
+    text = rand(batch, cfg["text_len"], cfg["cross_attention_dim"])  # CLIP/BERT stream
+    text_t5 = rand(batch, cfg["text_len_t5"], cfg["cross_attention_dim_t5"])
+    mask, mask_t5 = _text_mask(batch, cfg["text_len"], device), _text_mask(batch, cfg["text_len_t5"], device)
+    px = hw * 8
+    meta = torch.tensor([[px, px, px, px, 0, 0]] * batch, device=device, dtype=dtype)  # original, target, crop
+    style = torch.zeros(batch, dtype=torch.long, device=device)
+    grid = hw // cfg["patch_size"]
+    # HunyuanDiTPipeline's RoPE; the crop region is the whole grid (the image is at the base resolution)
+    rope = get_2d_rotary_pos_embed(cfg["attention_head_dim"], ((0, 0), (grid, grid)), (grid, grid), device=device,
+                                   output_type="pt")
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        out = model(x, t.expand(x.shape[0]).to(dtype), encoder_hidden_states=text, text_embedding_mask=mask,
+                    encoder_hidden_states_t5=text_t5, text_embedding_mask_t5=mask_t5, image_meta_size=meta,
+                    style=style, image_rotary_emb=rope, return_dict=False)[0]
+        return out[:, : x.shape[1]]  # learnt sigma channels dropped
+
+    return latents, call
+
+
+def _cogvideox_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+                    dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    cfg, hw = spec.config, spec.latent_hw
+    latents = rand(batch, spec.frames, cfg["in_channels"], hw, hw)  # (B, F, C, H, W)
+    text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return model(hidden_states=x, encoder_hidden_states=text, timestep=t.expand(x.shape[0]),
+                     return_dict=False)[0]
+
+    return latents, call
+
+
+def _wan_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+              dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    cfg, hw = spec.config, spec.latent_hw
+    latents = rand(batch, cfg["in_channels"], spec.frames, hw, hw)  # (B, C, F, H, W)
+    text = rand(batch, spec.text_tokens, cfg["text_dim"])
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return model(hidden_states=x, timestep=t.expand(x.shape[0]), encoder_hidden_states=text,
+                     return_dict=False)[0]
+
+    return latents, call
+
+
+def _hunyuanvideo_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+                       dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    cfg, hw = spec.config, spec.latent_hw
+    latents = rand(batch, cfg["in_channels"], spec.frames, hw, hw)  # (B, C, F, H, W)
+    text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])
+    pooled = rand(batch, cfg["pooled_projection_dim"])
+    mask = _text_mask(batch, spec.text_tokens, device)
+    # HunyuanVideoPipeline: embedded guidance = guidance_scale * 1000 (default scale 6.0)
+    guidance = torch.full((batch,), 6000.0, device=device, dtype=dtype) if cfg.get("guidance_embeds") else None
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return model(hidden_states=x, timestep=t.expand(x.shape[0]).to(dtype), encoder_hidden_states=text,
+                     encoder_attention_mask=mask, pooled_projections=pooled, guidance=guidance,
+                     return_dict=False)[0]
+
+    return latents, call
+
+
+def _ltx_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+              dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
+    cfg, hw, frames = spec.config, spec.latent_hw, spec.frames
+    latents = rand(batch, frames * hw * hw, cfg["in_channels"])  # packed (B, F*H*W, C), patch size 1
+    text = rand(batch, spec.text_tokens, cfg["caption_channels"])
+    mask = _text_mask(batch, spec.text_tokens, device)
+    rope_scale = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame rate, spatial ratio, spatial ratio)
+
+    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return model(hidden_states=x, encoder_hidden_states=text, timestep=t.expand(x.shape[0]),
+                     encoder_attention_mask=mask, num_frames=frames, height=hw, width=hw,
+                     rope_interpolation_scale=rope_scale, return_dict=False)[0]
+
+    return latents, call
+
+
+_EXTRA_CALLS: dict[str, Callable[..., tuple[torch.Tensor, Call]]] = {
+    "sana": _sana_call, "hunyuandit": _hunyuandit_call, "cogvideox": _cogvideox_call, "wan": _wan_call,
+    "hunyuanvideo": _hunyuanvideo_call, "ltx": _ltx_call,
+}
+"""``make_call`` for the families added after dit / pixart / sd3 / flux (their inputs differ more)."""
+
+
 def timesteps_for(name: str, steps: int, device: str | torch.device = "cpu") -> torch.Tensor:
     """A decreasing schedule in the model's timestep units (uniform; enough for timing loops)."""
     if SPECS[name].family == "flux":
         return torch.linspace(1.0, 1.0 / steps, steps, device=device)
+    if SPECS[name].family in FLOW_1000_FAMILIES:  # unshifted flow-matching sigmas, as timesteps
+        return torch.linspace(1.0, 1.0 / steps, steps, device=device) * 1000
     return torch.linspace(999, 0, steps, device=device).round()
 
 

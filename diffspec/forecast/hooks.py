@@ -93,18 +93,32 @@ def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1"
 
 UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
                             "attention_kwargs", "joint_attention_kwargs", "return_dict"})
-"""Transformer arguments that never carry a batch dimension (never sliced by rows)."""
+"""Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
+the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table)."""
 
 
-def take_rows(value: Any, index: torch.Tensor, batch: int) -> Any:
-    """``value`` restricted to the rows ``index`` wherever it has a leading batch dimension."""
+EARLIER_BLOCK_INPUTS = ("skip",)
+"""Block inputs that carry an earlier block's output (HunyuanDiT's long skips). On a draft step the
+verified last block gets their forecast, since the earlier blocks did not run."""
+
+
+def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None) -> Any:
+    """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension."""
     if isinstance(value, torch.Tensor):
-        return value.index_select(0, index.to(value.device)) if value.dim() and value.shape[0] == batch else value
+        batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
+        return value.index_select(0, index.to(value.device)) if batched else value
     if isinstance(value, dict):
-        return {k: v if k in UNBATCHED_ARGS else take_rows(v, index, batch) for k, v in value.items()}
+        return {k: take_rows(v, index, batch, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(take_rows(v, index, batch) for v in value)
+        return type(value)(take_rows(v, index, batch, name) for v in value)
     return value
+
+
+def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Tensor,
+                   batch: int) -> tuple[tuple, dict]:
+    """A call's positional (named by ``names``) and keyword arguments restricted to the rows ``index``."""
+    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None) for i, a in enumerate(args))
+    return sub_args, {k: take_rows(v, index, batch, k) for k, v in kwargs.items()}
 
 
 def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
@@ -322,9 +336,7 @@ class ForecastHooks:
         rows = [r for r, full in enumerate(recompute) if full]
         batch = len(recompute)
         index = torch.tensor(rows)
-        sub_args = [take_rows(a, index, batch) if self._params[i:i + 1] and self._params[i] not in UNBATCHED_ARGS
-                    else a for i, a in enumerate(args)]
-        sub_kwargs = {k: v if k in UNBATCHED_ARGS else take_rows(v, index, batch) for k, v in kwargs.items()}
+        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch)
         self._record_rows = rows
         return merge_rows(index, module.forward(*sub_args, **sub_kwargs), drafted)
 
@@ -386,8 +398,9 @@ class ForecastHooks:
             if hooks.mode == "full":
                 if first:
                     state.inputs = {"hidden": hidden, "encoder": encoder}
-                if last and split:
-                    state.tail_inputs = {"hidden": hidden, "encoder": encoder}
+                if last and split:  # plus inputs taken from earlier blocks (HunyuanDiT's long ``skip``)
+                    state.tail_inputs = {"hidden": hidden, "encoder": encoder,
+                                         **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
                 out = original(*args, **kwargs)
                 if last:
                     hooks._record(state, *io.split_output(out), split=split, single=first)
@@ -414,13 +427,13 @@ class ForecastHooks:
         if not self._run_verifier:
             self._errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
             return io.pack(h_hat, e_hat)
-        args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder)
+        earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in EARLIER_BLOCK_INPUTS}
+        args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder, **earlier)
         batch, rows = len(self._check_rows), [r for r, c in enumerate(self._check_rows) if c]
         checked = torch.tensor(rows)
         if len(rows) < batch:  # run the verifier on the checked rows only
-            names = {i: n for n, i in io.param_index.items()}
-            args = tuple(a if names.get(i) in UNBATCHED_ARGS else take_rows(a, checked, batch) for i, a in enumerate(args))
-            kwargs = {k: v if k in UNBATCHED_ARGS else take_rows(v, checked, batch) for k, v in kwargs.items()}
+            names = sorted(io.param_index, key=io.param_index.__getitem__)
+            args, kwargs = take_call_rows(args, kwargs, names, checked, batch)
         y_h, y_e = io.split_output(original(*args, **kwargs))
         extra = self.stats.extra
         extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
@@ -447,13 +460,26 @@ class ForecastHooks:
                 x_in, out = ins.get(stream), outs_.get(stream)
                 if out is None or x_in is None or out.shape != x_in.shape:
                     continue
-                key = f"{head}:{stream}"
-                f = state.forecasters.get(key)
-                if f is None:
-                    f = state.forecasters[key] = TaylorForecaster(self.config.order, self.config.form)
-                f.update(self._x, out - x_in, self._record_rows)
+                self._forecaster(state, f"{head}:{stream}").update(self._x, out - x_in, self._record_rows)
+        for name in EARLIER_BLOCK_INPUTS if split else ():
+            value = state.tail_inputs.get(name)
+            if isinstance(value, torch.Tensor):
+                self._forecaster(state, f"tail:{name}").update(self._x, value, self._record_rows)
         state.inputs, state.tail_inputs = {}, {}
         state.encoder_out_none = encoder is None
+
+    def _forecaster(self, state: _ListState, key: str) -> TaylorForecaster:
+        f = state.forecasters.get(key)
+        if f is None:
+            f = state.forecasters[key] = TaylorForecaster(self.config.order, self.config.form)
+        return f
+
+    def _apply_raw(self, state: _ListState, key: str, x: Any) -> Any:
+        """The forecast of a recorded block input itself (not a residual); ``x`` when none is recorded."""
+        f = state.forecasters.get(key)
+        if not isinstance(x, torch.Tensor) or f is None:
+            return x
+        return f.forecast(self._x).to(x.dtype)
 
     def _apply(self, state: _ListState, key: str, x: torch.Tensor | None) -> torch.Tensor | None:
         f = state.forecasters.get(key)

@@ -7,7 +7,8 @@ from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.hooks import ForecastHooks, Schedule, StepTracker
 from diffspec.stats import SpecStats
 
-MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
+MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-sana", "tiny-hunyuandit",
+          "tiny-cogvideox", "tiny-wan", "tiny-hunyuanvideo", "tiny-ltx"]
 
 
 def _loop(model, x0, call, ts, on_step=None):

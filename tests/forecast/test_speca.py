@@ -11,7 +11,8 @@ from diffspec.forecast.hooks import ForecastHooks, Schedule
 from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
 
-MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
+MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-sana", "tiny-hunyuandit",
+          "tiny-cogvideox", "tiny-wan", "tiny-hunyuanvideo", "tiny-ltx"]
 STEPS = 16
 
 
@@ -48,11 +49,12 @@ def test_tau_inf_equals_taylor_at_interval_k_max(name):
     assert "checks" not in s_stats.extra
 
 
-def test_accepted_drafts_commit_the_verified_block():
+@pytest.mark.parametrize("name", ["tiny-dit-random", "tiny-hunyuandit"])  # HunyuanDiT: long skip into the last block
+def test_accepted_drafts_commit_the_verified_block(name):
     """Accept everything: same schedule as taylor, but the last block ran on each checked draft."""
-    taylor, _ = _run("tiny-dit-random", ForecastConfig(order=2, interval=4))
-    speca, stats = _run("tiny-dit-random", SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0, order=2))
-    baseline, _ = _run("tiny-dit-random", None)
+    taylor, _ = _run(name, ForecastConfig(order=2, interval=4))
+    speca, stats = _run(name, SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0, order=2))
+    baseline, _ = _run(name, None)
     assert stats.extra["rejections"] == 0 and stats.extra["checks"] == stats.forecast_steps
     assert stats.extra["verifier_blocks"] == stats.forecast_steps
     assert stats.full_steps == sum(Schedule(3, 4).without_rejections(STEPS))
@@ -86,6 +88,27 @@ def test_rows_decide_independently_of_their_batch():
     row1_other_neighbour, _ = run(4 * x)
     torch.testing.assert_close(mixed[0], row0_other_neighbour[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(mixed[1], row1_other_neighbour[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS[4:])
+def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name):
+    """Rows of one batch are checked at different steps (verifier on a row subset); outputs stay per row."""
+    model = build_transformer(name)
+    x, call = make_call(name, batch=2, seed=3)
+    cfg = SpecaConfig(tau0=0.05, beta=0.5, tau_min=0.0125, k_min=0, k_max=6)
+
+    def run(x):
+        hooks = ForecastHooks(model, cfg, SpecStats(), num_steps_fn=lambda: STEPS)
+        hooks.attach()
+        with torch.no_grad():
+            for t in timesteps_for(name, STEPS):
+                x = x - 0.05 * call(model, x, t)
+        hooks.detach()
+        return x
+
+    mixed = run(torch.cat([x[:1], 4 * x[1:]]))
+    torch.testing.assert_close(mixed[0], run(x)[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mixed[1], run(4 * x)[1], rtol=1e-4, atol=1e-5)
 
 
 def test_non_finite_draft_falls_back_to_full_compute(monkeypatch):
