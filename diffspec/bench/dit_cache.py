@@ -22,7 +22,8 @@ import torch
 
 from ..api import SpeculativePipeline
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
-from ..forecast.hooks import ForecastHooks, Schedule
+from ..forecast.gate import Schedule
+from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
 from .models import SPECS, build_transformer, make_call, timesteps_for
 from .peers import PEER_CACHES, DiffusersCache, calibrate_magcache, config_dict, peer_cache_config

@@ -26,145 +26,14 @@ from torch import nn
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
+from .gate import Schedule, verify_error
+from .rows import merge_rows, take_call_rows
+from .steps import StepTracker, timestep_value
 from .taylor import TaylorForecaster
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """When a step runs in full, per batch row.
-
-    A step is full during ``warmup``, at the last step (``last_step_full``), for a row that has
-    no anchors yet, and when ``k_max`` steps have passed since the row's last full step. Other
-    steps are drafts; with ``verify``, a draft is checked once ``k_min`` drafts ran in a row.
-    ``taylor`` is the schedule without verification (``k_max = interval``).
-    """
-
-    warmup: int
-    k_max: int
-    last_step_full: bool = True
-    k_min: int = 0
-    verify: bool = False
-
-    @classmethod
-    def of(cls, config: ForecastConfig | SpecaConfig) -> Schedule:
-        if isinstance(config, SpecaConfig):
-            verify = not math.isinf(config.tau(0.0))
-            return cls(config.warmup, config.k_max, config.last_step_full, config.k_min, verify)
-        return cls(config.warmup, config.interval, config.last_step_full)
-
-    def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
-        """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
-        if since_full is None or step < self.warmup:
-            return True
-        if self.last_step_full and num_steps is not None and step >= num_steps - 1:
-            return True
-        return since_full + 1 >= self.k_max
-
-    def checked(self, since_full: int | None) -> bool:
-        return self.verify and since_full is not None and since_full >= self.k_min
-
-    def without_rejections(self, num_steps: int) -> list[bool]:
-        """Which steps are full when no draft is rejected (``taylor``'s fixed schedule)."""
-        full, since = [], None
-        for step in range(num_steps):
-            full.append(self.forced_full(step, num_steps, since))
-            since = 0 if full[-1] else since + 1  # type: ignore[operator]
-        return full
-
-
-def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1",
-                 block_input: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-row distance of a drafted block output to the true one (fp32, ``inf`` where not finite).
-
-    ``"rel_l1"``: ``||draft - true||_1 / ||true||_1``; ``"rel_res"``: the same relative to the
-    block's own residual ``true - block_input``; ``"rel_l1_mean"``: the reference code's mean of
-    ``|draft - true| / (|true| + 1e-6)``.
-    """
-    d, y = draft.float() - true.float(), true.float()
-    dims = tuple(range(1, d.dim()))
-    if metric == "rel_res" and block_input is not None:
-        y = y - block_input.float()
-    if metric in ("rel_l1", "rel_res"):
-        e = d.abs().sum(dims) / y.abs().sum(dims).clamp_min(1e-12)
-    else:
-        e = (d.abs() / (y.abs() + 1e-6)).mean(dims)
-    return torch.where(torch.isfinite(e), e, torch.full_like(e, math.inf))
-
-
-UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
-                            "attention_kwargs", "joint_attention_kwargs", "return_dict"})
-"""Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
-the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table)."""
-
 
 EARLIER_BLOCK_INPUTS = ("skip",)
 """Block inputs that carry an earlier block's output (HunyuanDiT's long skips). On a draft step the
 verified last block gets their forecast, since the earlier blocks did not run."""
-
-
-def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None) -> Any:
-    """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension."""
-    if isinstance(value, torch.Tensor):
-        batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
-        return value.index_select(0, index.to(value.device)) if batched else value
-    if isinstance(value, dict):
-        return {k: take_rows(v, index, batch, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(take_rows(v, index, batch, name) for v in value)
-    return value
-
-
-def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Tensor,
-                   batch: int) -> tuple[tuple, dict]:
-    """A call's positional (named by ``names``) and keyword arguments restricted to the rows ``index``."""
-    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None) for i, a in enumerate(args))
-    return sub_args, {k: take_rows(v, index, batch, k) for k, v in kwargs.items()}
-
-
-def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
-    """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs)."""
-    if isinstance(part, torch.Tensor):
-        if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
-            return whole
-        return whole.index_copy(0, index.to(whole.device), part.to(whole.dtype))
-    if isinstance(part, tuple):
-        return tuple(merge_rows(index, a, b) for a, b in zip(part, whole))
-    if hasattr(part, "keys"):  # diffusers BaseOutput
-        return type(part)(**{k: merge_rows(index, part[k], whole[k]) for k in part.keys()})
-    return whole
-
-
-class StepTracker:
-    """Turns the sequence of ``timestep`` values a transformer sees into (step, branch)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.step = -1
-        self.branch = 0
-        self.t_step: float | None = None
-
-    def observe(self, t: float) -> bool:
-        """Advance on a new call; returns True when a new generation starts."""
-        new_generation = self.t_step is None or t > self.t_step
-        if new_generation:
-            self.step, self.branch = 0, 0
-        elif t == self.t_step:
-            self.branch += 1
-        else:
-            self.step, self.branch = self.step + 1, 0
-        self.t_step = t
-        return new_generation
-
-
-def timestep_value(timestep: Any) -> float:
-    """The scalar value of a ``timestep`` argument (first element of a tensor; one host read)."""
-    if isinstance(timestep, torch.Tensor):
-        return float(timestep.reshape(-1)[0].item())
-    if timestep is None:
-        raise ValueError("the transformer was called without a `timestep` argument; forecasting needs it")
-    return float(timestep)
 
 
 @dataclass

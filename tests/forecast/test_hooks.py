@@ -4,7 +4,9 @@ import torch
 from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
-from diffspec.forecast.hooks import ForecastHooks, Schedule, StepTracker
+from diffspec.forecast.gate import Schedule
+from diffspec.forecast.hooks import ForecastHooks
+from diffspec.forecast.steps import StepTracker
 from diffspec.stats import SpecStats
 
 MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-sana", "tiny-hunyuandit",

@@ -7,7 +7,8 @@ import torch
 
 from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
-from diffspec.forecast.hooks import ForecastHooks, Schedule
+from diffspec.forecast.gate import Schedule
+from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
 

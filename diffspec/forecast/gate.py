@@ -1,0 +1,79 @@
+"""The SpecA gate: when a step runs in full, and how far a drafted block output is from the true one.
+
+:class:`Schedule` holds the run-length rules (warmup, ``k_min`` / ``k_max``, last step full) per
+batch row; :func:`verify_error` is the verifier's per-row metric. The threshold schedule
+``tau(p)`` itself lives on :class:`~diffspec.config.SpecaConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..config import ForecastConfig, SpecaConfig
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a step runs in full, per batch row.
+
+    A step is full during ``warmup``, at the last step (``last_step_full``), for a row that has
+    no anchors yet, and when ``k_max`` steps have passed since the row's last full step. Other
+    steps are drafts; with ``verify``, a draft is checked once ``k_min`` drafts ran in a row.
+    ``taylor`` is the schedule without verification (``k_max = interval``).
+    """
+
+    warmup: int
+    k_max: int
+    last_step_full: bool = True
+    k_min: int = 0
+    verify: bool = False
+
+    @classmethod
+    def of(cls, config: ForecastConfig | SpecaConfig) -> Schedule:
+        if isinstance(config, SpecaConfig):
+            verify = not math.isinf(config.tau(0.0))
+            return cls(config.warmup, config.k_max, config.last_step_full, config.k_min, verify)
+        return cls(config.warmup, config.interval, config.last_step_full)
+
+    def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
+        """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
+        if since_full is None or step < self.warmup:
+            return True
+        if self.last_step_full and num_steps is not None and step >= num_steps - 1:
+            return True
+        return since_full + 1 >= self.k_max
+
+    def checked(self, since_full: int | None) -> bool:
+        return self.verify and since_full is not None and since_full >= self.k_min
+
+    def without_rejections(self, num_steps: int) -> list[bool]:
+        """Which steps are full when no draft is rejected (``taylor``'s fixed schedule)."""
+        full, since = [], None
+        for step in range(num_steps):
+            full.append(self.forced_full(step, num_steps, since))
+            since = 0 if full[-1] else since + 1  # type: ignore[operator]
+        return full
+
+
+def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1",
+                 block_input: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-row distance of a drafted block output to the true one (fp32, ``inf`` where not finite).
+
+    ``"rel_l1"``: ``||draft - true||_1 / ||true||_1``; ``"rel_res"``: the same relative to the
+    block's own residual ``true - block_input``; ``"rel_l1_mean"``: the reference code's mean of
+    ``|draft - true| / (|true| + 1e-6)``.
+    """
+    d, y = draft.float() - true.float(), true.float()
+    dims = tuple(range(1, d.dim()))
+    if metric == "rel_res" and block_input is not None:
+        y = y - block_input.float()
+    if metric in ("rel_l1", "rel_res"):
+        e = d.abs().sum(dims) / y.abs().sum(dims).clamp_min(1e-12)
+    else:
+        e = (d.abs() / (y.abs() + 1e-6)).mean(dims)
+    return torch.where(torch.isfinite(e), e, torch.full_like(e, math.inf))
+
+

@@ -1,0 +1,50 @@
+"""Restricting a transformer call to some batch rows, and merging a sub-batch result back.
+
+Used where rows decide on their own: only the rows that must be full are recomputed, and the
+verifier runs on the checked rows only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
+                            "attention_kwargs", "joint_attention_kwargs", "return_dict"})
+"""Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
+the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table)."""
+
+
+def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None) -> Any:
+    """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension."""
+    if isinstance(value, torch.Tensor):
+        batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
+        return value.index_select(0, index.to(value.device)) if batched else value
+    if isinstance(value, dict):
+        return {k: take_rows(v, index, batch, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(take_rows(v, index, batch, name) for v in value)
+    return value
+
+
+def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Tensor,
+                   batch: int) -> tuple[tuple, dict]:
+    """A call's positional (named by ``names``) and keyword arguments restricted to the rows ``index``."""
+    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None) for i, a in enumerate(args))
+    return sub_args, {k: take_rows(v, index, batch, k) for k, v in kwargs.items()}
+
+
+def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
+    """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs)."""
+    if isinstance(part, torch.Tensor):
+        if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
+            return whole
+        return whole.index_copy(0, index.to(whole.device), part.to(whole.dtype))
+    if isinstance(part, tuple):
+        return tuple(merge_rows(index, a, b) for a, b in zip(part, whole))
+    if hasattr(part, "keys"):  # diffusers BaseOutput
+        return type(part)(**{k: merge_rows(index, part[k], whole[k]) for k in part.keys()})
+    return whole
+
+
