@@ -45,6 +45,10 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
         raise ValueError(f"{name}={value!r} is not supported: choose one of {', '.join(map(repr, choices))}")
 
 
+GRANULARITIES = ("block", "module", "auto")
+"""What forecast methods cache (see :class:`ForecastConfig`)."""
+
+
 @dataclass(frozen=True)
 class MethodConfig:
     """Base of every method config: registry metadata plus ``replace``/``to_dict``."""
@@ -91,8 +95,14 @@ class ForecastConfig(MethodConfig):
         abscissa: ``"sigma"`` (default: the ``timestep`` value the transformer receives, so
             non-uniform schedules such as shifted flow matching are extrapolated at their true
             spacing) or ``"index"`` (the step index, as the TaylorSeer/SpeCa papers).
-        granularity: what is forecast. ``"block"``: the residual of each block list, so a
-            forecast step skips every block.
+        granularity: what is forecast. ``"block"`` (default): the residual of each block list,
+            so a forecast step runs no block at all and the cache is one tensor per list and
+            stream. ``"module"``: the attention and feed-forward outputs of every block
+            (TaylorSeer), the blocks' gates and norms recomputed from the current conditioning;
+            more memory. ``"auto"``: ``"module"`` where every block supports it and it fits
+            ``max_cache_gb``, else ``"block"``.
+        max_cache_gb: memory budget of the forecast cache in GB (None: no budget). Measured on
+            the first step; the order, then the granularity (``"auto"``), is lowered to fit.
 
     Example:
         >>> cfg = ForecastConfig(order=2, interval=4)
@@ -111,6 +121,7 @@ class ForecastConfig(MethodConfig):
     form: str = "newton"
     abscissa: str = "sigma"
     granularity: str = "block"
+    max_cache_gb: float | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
@@ -120,7 +131,9 @@ class ForecastConfig(MethodConfig):
             raise ValueError(f"last_step_full={self.last_step_full!r} must be True or False")
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))
-        check_choice("granularity", self.granularity, ("block",))
+        check_choice("granularity", self.granularity, GRANULARITIES)
+        if self.max_cache_gb is not None:
+            check_float("max_cache_gb", self.max_cache_gb, 0.0, lo_open=True)
 
 
 @dataclass(frozen=True)
@@ -135,7 +148,8 @@ class SpecaConfig(MethodConfig):
     makes the next step full (``"lazy"``, as the reference code).
 
     Args:
-        order, warmup, last_step_full, form, abscissa, granularity: as in :class:`ForecastConfig`.
+        order, warmup, last_step_full, form, abscissa, granularity, max_cache_gb: as in
+            :class:`ForecastConfig`.
         k_min: drafts in a row before checks start (0: every draft is checked).
         k_max: full steps are at most ``k_max`` steps apart (a full step is forced after
             ``k_max - 1`` drafts in a row); with ``tau0=inf`` this is ``taylor`` at ``interval=k_max``.
@@ -175,6 +189,7 @@ class SpecaConfig(MethodConfig):
     form: str = "newton"
     abscissa: str = "sigma"
     granularity: str = "block"
+    max_cache_gb: float | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
@@ -193,7 +208,9 @@ class SpecaConfig(MethodConfig):
         check_choice("metric", self.metric, ("rel_l1", "rel_res", "rel_l1_mean"))
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))
-        check_choice("granularity", self.granularity, ("block",))
+        check_choice("granularity", self.granularity, GRANULARITIES)
+        if self.max_cache_gb is not None:
+            check_float("max_cache_gb", self.max_cache_gb, 0.0, lo_open=True)
 
     @property
     def calibrated(self) -> bool:

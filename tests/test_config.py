@@ -11,7 +11,7 @@ from diffspec import ForecastConfig, SpecStats
         ("warmup", 1.5, r"warmup=1.5 must be an integer"),
         ("form", "spline", r"form='spline' is not supported: choose one of 'newton', 'taylor'"),
         ("abscissa", "time", r"abscissa='time'"),
-        ("granularity", "module", r"granularity='module'"),
+        ("granularity", "layer", r"granularity='layer'"),
         ("last_step_full", 1, r"last_step_full=1"),
     ],
 )

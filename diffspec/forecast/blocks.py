@@ -103,6 +103,11 @@ class BlockIO:
         i = self.param_index.get(name)
         return args[i] if i is not None and i < len(args) else None
 
+    def as_kwargs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Every argument of a call by name."""
+        names = sorted(self.param_index, key=self.param_index.__getitem__)
+        return {**dict(zip(names, args)), **kwargs}
+
     def with_inputs(self, args: tuple, kwargs: dict, **values: Any) -> tuple[tuple, dict]:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)

@@ -26,7 +26,9 @@ from torch import nn
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
+from .budget import choose_cache
 from .gate import Schedule, verify_error
+from .modules import DRAFT_FORWARDS, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
 from .steps import StepTracker, timestep_value
 from .taylor import TaylorForecaster
@@ -89,6 +91,14 @@ class ForecastHooks:
         self.verify = self.schedule.verify
         self.block_lists = find_block_lists(transformer)
         self._num_blocks = sum(len(blocks) for _, blocks in self.block_lists)
+        blocks = [b for _, bl in self.block_lists for b in bl]
+        if config.granularity == "module":
+            check_module_support(blocks)
+        self.module_ok = all(supports_modules(b) for b in blocks)
+        self._decide_cache = config.granularity == "auto" or config.max_cache_gb is not None
+        self.granularity = "block"  # effective: "block", "module", or "pending" (measured at step 0, chosen at step 1)
+        self._order = config.order
+        self.modules_real = False  # the verifier runs the submodules for real, without recording
         self.tracker = StepTracker()
         self._params = list(inspect.signature(transformer.forward).parameters)
         self._handles: list[Any] = []
@@ -112,6 +122,11 @@ class ForecastHooks:
         """Whether the current call runs in full."""
         return self.mode == "full"
 
+    @property
+    def module_recording(self) -> bool:
+        """Whether submodule anchors are recorded (module granularity, or not decided yet)."""
+        return self.module_ok and self.granularity in ("module", "pending")
+
     # ----------------------------------------------------------------- lifecycle
     @property
     def attached(self) -> bool:
@@ -127,8 +142,10 @@ class ForecastHooks:
             last = len(blocks) - 1
             split = self.verify and li == len(self.block_lists) - 1
             for bi, block in enumerate(blocks):
-                block.forward = self._wrap(block, li, first=bi == 0, last=bi == last, split=split)
+                block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split)
                 self._patched.append(block)
+                if self.module_ok and self.config.granularity != "block":
+                    self._patched.extend(wrap_submodules(self, block, li, bi))
 
     def detach(self) -> None:
         """Remove every hook and wrapper; the transformer behaves as if never wrapped."""
@@ -159,7 +176,11 @@ class ForecastHooks:
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
+            self._order = self.config.order
+            self.granularity = "pending" if self._decide_cache else self.config.granularity
         step, num_steps = self.tracker.step, self._num_steps
+        if self.granularity == "pending" and step >= 1:
+            self._choose_cache()
         hidden = self._arg("hidden_states", args, kwargs)
         shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else None
         rows = shape[0] if shape else 1
@@ -251,12 +272,20 @@ class ForecastHooks:
             stats.forecast_steps += 1
 
     # ----------------------------------------------------------------- block wrapper
-    def _wrap(self, block: nn.Module, list_index: int, first: bool, last: bool, split: bool) -> Callable[..., Any]:
+    def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
+              split: bool) -> Callable[..., Any]:
         """``split``: the verified list, whose last block is forecast (and verified) on its own."""
         original = block.forward
         io = BlockIO.for_block(block, original)
         hooks = self
         head = "body" if split else "list"
+        draft_forward = DRAFT_FORWARDS.get(type(block).__name__)
+
+        def module_draft(*args: Any, **kwargs: Any) -> Any:
+            """The block on a draft step at module granularity (its submodules return forecasts)."""
+            if draft_forward is None:
+                return original(*args, **kwargs)
+            return draft_forward(hooks, block, list_index, block_index, **io.as_kwargs(args, kwargs))
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             state = hooks._branch.lists[list_index] if hooks._branch is not None else None
@@ -271,11 +300,16 @@ class ForecastHooks:
                     state.tail_inputs = {"hidden": hidden, "encoder": encoder,
                                          **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
                 out = original(*args, **kwargs)
-                if last:
+                if last and hooks.granularity != "module":
                     hooks._record(state, *io.split_output(out), split=split, single=first)
                 elif io.returns_tensor is None:
                     io.split_output(out)  # learn the layout for draft steps
                 return out
+            if hooks.granularity == "module":
+                if not (last and split):
+                    return module_draft(*args, **kwargs)
+                return hooks._verify(io, original, args, kwargs, *io.split_output(module_draft(*args, **kwargs)),
+                                     hidden)
             if first:
                 hidden = hooks._apply(state, f"{head}:hidden", hidden)
                 encoder = hooks._apply(state, f"{head}:encoder", encoder)
@@ -293,17 +327,28 @@ class ForecastHooks:
         checked, and commit the true output for checked rows."""
         h_hat = self._apply(state, "tail:hidden", hidden)
         e_hat = None if state.encoder_out_none else self._apply(state, "tail:encoder", encoder)
+        if self._run_verifier:
+            earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in EARLIER_BLOCK_INPUTS}
+            args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder, **earlier)
+        return self._verify(io, original, args, kwargs, h_hat, e_hat, hidden)
+
+    def _verify(self, io: BlockIO, original: Callable[..., Any], args: tuple, kwargs: dict, h_hat: torch.Tensor,
+                e_hat: torch.Tensor | None, hidden: torch.Tensor) -> Any:
+        """Run the last block for real on the drafted input (``args``) for the checked rows, measure the
+        draft's error per row and commit the true output there; without a check, only test finiteness."""
         if not self._run_verifier:
             self._errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
             return io.pack(h_hat, e_hat)
-        earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in EARLIER_BLOCK_INPUTS}
-        args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder, **earlier)
         batch, rows = len(self._check_rows), [r for r, c in enumerate(self._check_rows) if c]
         checked = torch.tensor(rows)
         if len(rows) < batch:  # run the verifier on the checked rows only
             names = sorted(io.param_index, key=io.param_index.__getitem__)
             args, kwargs = take_call_rows(args, kwargs, names, checked, batch)
-        y_h, y_e = io.split_output(original(*args, **kwargs))
+        self.modules_real = True
+        try:
+            y_h, y_e = io.split_output(original(*args, **kwargs))
+        finally:
+            self.modules_real = False
         extra = self.stats.extra
         extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
         extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(rows) / batch / self._num_blocks
@@ -340,8 +385,35 @@ class ForecastHooks:
     def _forecaster(self, state: _ListState, key: str) -> TaylorForecaster:
         f = state.forecasters.get(key)
         if f is None:
-            f = state.forecasters[key] = TaylorForecaster(self.config.order, self.config.form)
+            f = state.forecasters[key] = TaylorForecaster(self._order, self.config.form)
         return f
+
+    # ----------------------------------------------------------------- module granularity
+    def module_forecaster(self, list_index: int, key: str) -> TaylorForecaster | None:
+        return self._branch.lists[list_index].forecasters.get(key)  # type: ignore[union-attr]
+
+    def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None:
+        self._forecaster(self._branch.lists[list_index], key).update(self._x, value, self._record_rows)  # type: ignore[union-attr]
+
+    def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor:
+        return self.module_forecaster(list_index, key).forecast(self._x).to(like.dtype)  # type: ignore[union-attr]
+
+    def _choose_cache(self) -> None:
+        """Pick granularity and order from the anchors of the first step (every branch), drop the rest."""
+        states = [ls for b in self._branches.values() for ls in b.lists]
+        level = {"module": 0, "block": 0}
+        for ls in states:
+            for key, f in ls.forecasters.items():
+                level["module" if key.startswith("m") else "block"] += f.nbytes
+        granularity, order = choose_cache(self.config.granularity, self.config.order, self.config.max_cache_gb,
+                                          level, self.module_ok)
+        for ls in states:
+            ls.forecasters = {k: f for k, f in ls.forecasters.items() if k.startswith("m") == (granularity == "module")}
+            for f in ls.forecasters.values():
+                f.set_order(order)
+        self.granularity, self._order = granularity, order
+        self.stats.extra.update(granularity=granularity, order=order,
+                                cache_level_gb={k: round(v / 1e9, 6) for k, v in level.items()})
 
     def _apply_raw(self, state: _ListState, key: str, x: Any) -> Any:
         """The forecast of a recorded block input itself (not a residual); ``x`` when none is recorded."""

@@ -202,6 +202,16 @@ class TaylorForecaster:
                 out.addcmul_(buf.float(), w_all[slot].view(shape))
         return out
 
+    def set_order(self, order: int) -> None:
+        """Change the order before more anchors than ``order + 1`` exist (a cache budget decided early)."""
+        if order == self.order:
+            return
+        if any(len(h) > order + 1 or any(slot > order for _, slot in h) for h in self._hist):
+            raise ValueError(f"set_order({order}): more anchors are already recorded than the order keeps")
+        self._slots = (self._slots + [None] * (order + 1))[: order + 1]
+        self._owned = {s for s in self._owned if s <= order}
+        self.order = order
+
     @property
     def num_anchors(self) -> int:
         """Anchors of the row with the fewest (0 before any update)."""

@@ -1,0 +1,126 @@
+"""Module granularity: forecast the heavy submodules of each block, recompute the rest (TaylorSeer).
+
+On a full step the attention and feed-forward submodules of every block run and their outputs
+(before the block applies its adaLN gates) are stored as anchors. On a forecast step each block
+still runs its own code (norms, gates from the current conditioning, residual additions), but
+those submodules return their forecast instead of running. This is TaylorSeer's caching: more
+memory than the block granularity (one anchor per submodule instead of one residual per block
+list) for a forecast that follows the current step's conditioning.
+
+``FluxSingleTransformerBlock`` forecasts its fused ``proj_out`` output instead ("total" in the
+reference code); on a forecast step only its gate is recomputed, so its attention and MLP do not
+run either.
+
+Example:
+    >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", granularity="module")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+MODULE_SPECS: dict[str, tuple[str, ...]] = {
+    "BasicTransformerBlock": ("attn1", "attn2", "ff"),  # DiT, PixArt-alpha / Sigma
+    "FluxTransformerBlock": ("attn", "ff", "ff_context"),
+    "FluxSingleTransformerBlock": ("proj_out",),  # with a draft forward that skips attn and proj_mlp
+    "JointTransformerBlock": ("attn", "attn2", "ff", "ff_context"),  # SD3 / SD3.5
+}
+"""Per block class, the submodules whose outputs are forecast at ``granularity="module"``."""
+
+
+class ModuleHost(Protocol):
+    """What a module wrapper reads from the hooks object (see ``ForecastHooks``)."""
+
+    mode: str  # "full" or "draft"
+    modules_real: bool  # run the submodules for real without recording (the verifier)
+    module_recording: bool  # module anchors wanted at this call
+
+    def module_forecaster(self, list_index: int, key: str) -> Any: ...
+    def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None: ...
+    def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor: ...
+
+
+def supports_modules(block: nn.Module) -> bool:
+    """Whether ``block``'s class has a module table (:data:`MODULE_SPECS`)."""
+    return type(block).__name__ in MODULE_SPECS
+
+
+def check_module_support(blocks: list[nn.Module]) -> None:
+    """Raise ``ValueError`` naming the block classes without a module table."""
+    missing = sorted({type(b).__name__ for b in blocks if not supports_modules(b)})
+    if missing:
+        raise ValueError(
+            f"granularity='module' is not supported for {', '.join(missing)}; supported blocks: "
+            f"{', '.join(MODULE_SPECS)}. Use granularity='block' (every diffusers DiT) or 'auto'."
+        )
+
+
+def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_index: int) -> list[nn.Module]:
+    """Replace the ``forward`` of ``block``'s forecast submodules on the instance; returns the patched ones."""
+    patched = []
+    for name in MODULE_SPECS.get(type(block).__name__, ()):
+        sub = getattr(block, name, None)
+        if isinstance(sub, nn.Module):
+            sub.forward = _module_forward(host, sub.forward, list_index, f"m{block_index}.{name}")
+            patched.append(sub)
+    return patched
+
+
+def _module_forward(host: ModuleHost, original: Callable[..., Any], list_index: int,
+                    key: str) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if host.mode == "full" or host.modules_real:
+            out = original(*args, **kwargs)
+            if host.mode == "full" and host.module_recording:
+                for i, part in enumerate(_parts(out)):
+                    host.record_module(list_index, f"{key}.{i}", part)
+            return out
+        like = args[0] if args else next(iter(kwargs.values()))
+        parts = [host.module_forecast(list_index, f"{key}.{i}", like)
+                 for i in range(_num_parts(host, list_index, key))]
+        return parts[0] if len(parts) == 1 and not _was_tuple(host, list_index, key) else tuple(parts)
+
+    return forward
+
+
+def _parts(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    raise ValueError(f"granularity='module': a forecast submodule returned {type(out).__name__}; "
+                     "expected a tensor or a tuple of tensors")
+
+
+def _num_parts(host: ModuleHost, list_index: int, key: str) -> int:
+    n = 0
+    while host.module_forecaster(list_index, f"{key}.{n}") is not None:
+        n += 1
+    if n == 0:
+        raise RuntimeError(f"no anchor recorded for {key} before a forecast step")
+    return n
+
+
+def _was_tuple(host: ModuleHost, list_index: int, key: str) -> bool:
+    return host.module_forecaster(list_index, f"{key}.1") is not None
+
+
+def flux_single_draft(host: ModuleHost, block: nn.Module, list_index: int, block_index: int,
+                      hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
+                      **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``FluxSingleTransformerBlock`` on a forecast step: ``x + gate(temb) * forecast(proj_out)``."""
+    text_len = encoder_hidden_states.shape[1]
+    x = torch.cat([encoder_hidden_states, hidden_states], dim=1)
+    gate = block.norm.linear(block.norm.silu(temb)).chunk(3, dim=1)[2]  # AdaLayerNormZeroSingle's gate
+    out = x + gate.unsqueeze(1) * host.module_forecast(list_index, f"m{block_index}.proj_out.0", x)
+    if out.dtype == torch.float16:
+        out = out.clip(-65504, 65504)
+    return out[:, :text_len], out[:, text_len:]
+
+
+DRAFT_FORWARDS: dict[str, Callable[..., Any]] = {"FluxSingleTransformerBlock": flux_single_draft}
+"""Block classes whose forecast step does not run the block's own forward (see :func:`flux_single_draft`)."""
