@@ -49,6 +49,17 @@ GRANULARITIES = ("block", "module", "auto")
 """What forecast methods cache (see :class:`ForecastConfig`)."""
 
 
+def check_names(name: str, value: Any) -> tuple[str, ...] | None:
+    """``value`` as a tuple of non-empty strings (None stays None); ``ValueError`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{name}={value!r} must be a non-empty tuple of attribute names (strings)")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class MethodConfig:
     """Base of every method config: registry metadata plus ``replace``/``to_dict``."""
@@ -103,6 +114,8 @@ class ForecastConfig(MethodConfig):
             ``max_cache_gb``, else ``"block"``.
         max_cache_gb: memory budget of the forecast cache in GB (None: no budget). Measured on
             the first step; the order, then the granularity (``"auto"``), is lowered to fit.
+        blocks: names of the transformer's ``nn.ModuleList`` attributes holding its blocks, in
+            execution order (None: found from ``_repeated_blocks`` or the longest block list).
 
     Example:
         >>> cfg = ForecastConfig(order=2, interval=4)
@@ -122,6 +135,7 @@ class ForecastConfig(MethodConfig):
     abscissa: str = "sigma"
     granularity: str = "block"
     max_cache_gb: float | None = None
+    blocks: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
@@ -134,6 +148,7 @@ class ForecastConfig(MethodConfig):
         check_choice("granularity", self.granularity, GRANULARITIES)
         if self.max_cache_gb is not None:
             check_float("max_cache_gb", self.max_cache_gb, 0.0, lo_open=True)
+        object.__setattr__(self, "blocks", check_names("blocks", self.blocks))
 
 
 @dataclass(frozen=True)
@@ -148,7 +163,7 @@ class SpecaConfig(MethodConfig):
     makes the next step full (``"lazy"``, as the reference code).
 
     Args:
-        order, warmup, last_step_full, form, abscissa, granularity, max_cache_gb: as in
+        order, warmup, last_step_full, form, abscissa, granularity, max_cache_gb, blocks: as in
             :class:`ForecastConfig`.
         k_min: drafts in a row before checks start (0: every draft is checked).
         k_max: full steps are at most ``k_max`` steps apart (a full step is forced after
@@ -190,6 +205,7 @@ class SpecaConfig(MethodConfig):
     abscissa: str = "sigma"
     granularity: str = "block"
     max_cache_gb: float | None = None
+    blocks: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
@@ -211,6 +227,7 @@ class SpecaConfig(MethodConfig):
         check_choice("granularity", self.granularity, GRANULARITIES)
         if self.max_cache_gb is not None:
             check_float("max_cache_gb", self.max_cache_gb, 0.0, lo_open=True)
+        object.__setattr__(self, "blocks", check_names("blocks", self.blocks))
 
     @property
     def calibrated(self) -> bool:

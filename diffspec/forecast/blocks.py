@@ -43,17 +43,25 @@ SUPPORTED_TRANSFORMERS = (
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
 
-def find_block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
     """The model's lists of repeated transformer blocks, in execution (registration) order.
 
-    Uses ``model._repeated_blocks`` (class names) when the model declares it, else the longest
-    direct ``nn.ModuleList`` child whose items share one class.
+    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use.
+    Otherwise ``model._repeated_blocks`` (class names) when the model declares it, else the
+    longest direct ``nn.ModuleList`` child whose items share one class.
 
     Raises:
-        ValueError: if no block list can be found.
+        ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
     """
-    repeated = set(getattr(model, "_repeated_blocks", None) or ())
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    if names is not None:
+        by_name = dict(lists)
+        bad = [n for n in names if n not in by_name]
+        if bad:
+            raise ValueError(f"blocks={names!r}: {type(model).__name__} has no non-empty nn.ModuleList named "
+                             f"{', '.join(map(repr, bad))}; its ModuleLists: {', '.join(by_name) or 'none'}")
+        return [(n, by_name[n]) for n in names]
+    repeated = set(getattr(model, "_repeated_blocks", None) or ())
     if repeated:
         found = [(n, m) for n, m in lists if all(type(b).__name__ in repeated for b in m)]
         if found:
@@ -62,7 +70,9 @@ def find_block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
     if not uniform:
         raise ValueError(
             f"could not find the transformer blocks of {type(model).__name__}: it declares no "
-            "_repeated_blocks and has no nn.ModuleList of same-class blocks. Supported transformers: "
+            "_repeated_blocks and has no nn.ModuleList of same-class blocks. Pass blocks=('name', ...) naming "
+            "its nn.ModuleList attribute(s) of transformer blocks in execution order (e.g. "
+            "method='taylor', blocks=('transformer_blocks',)). Supported transformers: "
             f"{', '.join(SUPPORTED_TRANSFORMERS)}."
         )
     return [max(uniform, key=lambda nm: len(nm[1]))]
@@ -126,8 +136,8 @@ class BlockIO:
             return out, None
         if not isinstance(out, (tuple, list)) or self.layout is None:
             raise ValueError(
-                f"block {self.block_name} returns {type(out).__name__} with an unknown layout; add its "
-                "(hidden_index, encoder_index) to diffspec.forecast.blocks.BLOCK_OUTPUT_LAYOUTS"
+                f"block {self.block_name} returns {type(out).__name__} with an unknown layout; register it with "
+                f"diffspec.forecast.blocks.BLOCK_OUTPUT_LAYOUTS[{self.block_name!r}] = (hidden_index, encoder_index)"
             )
         self.returns_tensor = False
         self.tuple_len = len(out)

@@ -89,7 +89,7 @@ class ForecastHooks:
         self.num_steps_fn = num_steps_fn or (lambda: None)
         self.schedule = Schedule.of(config)
         self.verify = self.schedule.verify
-        self.block_lists = find_block_lists(transformer)
+        self.block_lists = find_block_lists(transformer, config.blocks)
         self._num_blocks = sum(len(blocks) for _, blocks in self.block_lists)
         blocks = [b for _, bl in self.block_lists for b in bl]
         if config.granularity == "module":

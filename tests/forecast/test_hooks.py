@@ -157,3 +157,27 @@ def test_missing_timestep_is_a_clear_error():
 def test_unknown_architecture_names_supported():
     with pytest.raises(ValueError, match="DiTTransformer2DModel"):
         find_block_lists(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_blocks_named_in_the_config_are_used_and_bad_names_listed():
+    model = build_transformer("tiny-flux")
+    x0, call = make_call("tiny-flux", batch=1)
+    ts = timesteps_for("tiny-flux", 12)
+    only_double = ForecastHooks(model, ForecastConfig(blocks=("transformer_blocks",)), SpecStats(), lambda: 12)
+    assert [n for n, _ in only_double.block_lists] == ["transformer_blocks"]
+    calls = {"single": 0}
+    model.single_transformer_blocks[0].register_forward_pre_hook(lambda *_: calls.__setitem__("single", calls["single"] + 1))
+    only_double.attach()
+    out = _loop(model, x0, call, ts)
+    only_double.detach()
+    assert calls["single"] == 12 and torch.isfinite(out).all()  # the single blocks ran on every step
+    with pytest.raises(ValueError, match=r"no non-empty nn.ModuleList named 'blocks'; its ModuleLists: transformer_blocks"):
+        ForecastHooks(model, ForecastConfig(blocks=("blocks",)), SpecStats())
+    with pytest.raises(ValueError, match=r"blocks=\(\) must be a non-empty tuple"):
+        ForecastConfig(blocks=())
+    assert ForecastConfig(blocks="transformer_blocks").blocks == ("transformer_blocks",)
+
+
+def test_unknown_architecture_says_what_to_pass():
+    with pytest.raises(ValueError, match=r"Pass blocks=\('name', ...\)"):
+        find_block_lists(torch.nn.Sequential(torch.nn.Linear(2, 2)))
