@@ -7,13 +7,15 @@ Example:
 """
 
 from .api import MethodInfo, SpeculativePipeline, methods
-from .config import ForecastConfig, MethodConfig, SpecaConfig
+from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .progress import disable_progress_bar, enable_progress_bar
 from .stats import SpecStats
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutospecConfig",
+    "CouplingConfig",
     "ForecastConfig",
     "SpecaConfig",
     "MethodConfig",

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .config import ForecastConfig, MethodConfig, SpecaConfig
+from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
@@ -43,8 +43,10 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(ForecastConfig, "diffspec.pipelines.forecast:ForecastPipeline", "fixed-interval Taylor forecasting"),
         _info(SpecaConfig, "diffspec.pipelines.forecast:ForecastPipeline",
               "Taylor forecasting gated by a last-block verifier (SpecA)"),
-        _planned("coupling", "diffusion", True, "multi-step speculative sampling, reflection maximal coupling"),
-        _planned("autospec", "diffusion", True, "exchangeability autospeculation (ASD) for DDPM samplers"),
+        _info(CouplingConfig, "diffspec.pipelines.coupling:CouplingPipeline",
+              "exact multi-step speculative sampling, reflection maximal coupling"),
+        _info(AutospecConfig, "diffspec.pipelines.coupling:CouplingPipeline",
+              "exchangeability autospeculation (ASD) for DDPM samplers"),
         _planned("sjd", "ar_image", True, "speculative Jacobi decoding"),
         _planned("mc-sjd", "ar_image", True, "SJD with maximal coupling of successive draws"),
         _planned("gsd", "ar_image", False, "grouped speculative decoding"),

@@ -248,3 +248,89 @@ class SpecaConfig(MethodConfig):
 
 FALLBACK_TAU: dict[str, float] = {"tau0": 0.1, "beta": 0.3, "tau_min": 0.02}
 """Thresholds used by ``speca`` when neither the call nor a calibration file sets them."""
+
+
+@dataclass(frozen=True)
+class CouplingConfig(MethodConfig):
+    """Exact speculative sampling with reflection maximal coupling (method ``coupling``).
+
+    Each round drafts up to ``lookahead`` future steps of a stochastic sampler without the
+    network (the draft freezes the last predicted clean sample ``x0`` and re-applies the
+    scheduler's mean), evaluates the target on all drafted states in one batched call, keeps the
+    longest prefix the reflection coupling accepts and reflects the first rejected step. The
+    output has exactly the plain sampler's law (same model, scheduler, steps, guidance).
+
+    Args:
+        lookahead: drafted steps per round at the start (1 = the plain sampler, one call a step).
+        adaptive: double the lookahead after a round where every trajectory accepted all its
+            drafts, halve it after a round that committed less than half on average.
+        max_lookahead: the adaptive lookahead's upper bound.
+        draft: what is frozen between target calls: ``"x0"`` (the predicted clean sample,
+            recommended), ``"output"`` (the network's guided output, e.g. its noise prediction)
+            or ``"increment"`` (the last target mean minus its state).
+        eta: DDIM's noise level when the pipeline's scheduler is ``DDIMScheduler`` (must be > 0;
+            1 equals DDPM); ignored by other schedulers.
+
+    Example:
+        >>> CouplingConfig(lookahead=8).exact
+        True
+    """
+
+    method: ClassVar[str] = "coupling"
+    family: ClassVar[str] = "diffusion"
+    exact: ClassVar[bool] = True
+
+    lookahead: int = 4
+    adaptive: bool = True
+    max_lookahead: int = 16
+    draft: str = "x0"
+    eta: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_int("lookahead", self.lookahead, 1, 256)
+        check_int("max_lookahead", self.max_lookahead, 1, 256)
+        if self.max_lookahead < self.lookahead:
+            raise ValueError(f"max_lookahead={self.max_lookahead} is out of range: allowed [lookahead={self.lookahead}, 256]")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive={self.adaptive!r} must be True or False")
+        check_choice("draft", self.draft, DRAFTS)
+        check_float("eta", self.eta, 0.0, 1.0, lo_open=True)
+
+
+DRAFTS = ("x0", "output", "increment")
+"""What exact speculative samplers freeze between target calls (see :class:`CouplingConfig`)."""
+
+
+@dataclass(frozen=True)
+class AutospecConfig(MethodConfig):
+    """Autospeculative decoding (ASD, Hu et al. 2025) for DDPM samplers (method ``autospec``).
+
+    Given the present state, a DDPM step's increments are exchangeable, so each round draws the
+    next ``lookahead`` increments from the law of the next one (the clean-sample prediction at the
+    current state, frozen), evaluates the network on every drafted state in one batched call and
+    keeps the prefix the reflection coupling accepts. The first drafted step is exact and always
+    kept; a round that rejects costs one more call to evaluate its corrected state. Exact.
+
+    Args:
+        lookahead, adaptive, max_lookahead: as in :class:`CouplingConfig`.
+
+    Example:
+        >>> AutospecConfig(lookahead=6).method
+        'autospec'
+    """
+
+    method: ClassVar[str] = "autospec"
+    family: ClassVar[str] = "diffusion"
+    exact: ClassVar[bool] = True
+
+    lookahead: int = 4
+    adaptive: bool = True
+    max_lookahead: int = 16
+
+    def __post_init__(self) -> None:
+        check_int("lookahead", self.lookahead, 1, 256)
+        check_int("max_lookahead", self.max_lookahead, 1, 256)
+        if self.max_lookahead < self.lookahead:
+            raise ValueError(f"max_lookahead={self.max_lookahead} is out of range: allowed [lookahead={self.lookahead}, 256]")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"adaptive={self.adaptive!r} must be True or False")

@@ -1,0 +1,113 @@
+"""Autospeculative decoding (ASD, Hu et al. 2025): exact parallel DDPM sampling by exchangeability.
+
+In the stochastic-localization view of DDPM, ``theta' = theta + eta x0_hat(theta) + sqrt(eta) xi``:
+given the present state, the future increments are exchangeable, so the law of the next increment
+is a draft for each of the following ones. Per round, from a root ``X`` whose ``x0`` prediction is
+known exactly:
+
+1. draw ``L`` steps with that ``x0`` frozen (the first one is an exact step, always kept);
+2. evaluate the network on the drafted states ``Y_1 .. Y_L`` in one batched call;
+3. couple steps ``2 .. L`` with the reflection maximal coupling; keep the accepted prefix and the
+   corrected step at the first rejection.
+
+If every step was kept, the last row's ``x0`` is the next root's; after a rejection the corrected
+state is evaluated at the start of the next round (one more call, batched over the trajectories
+that need it). With a DDPM kernel the frozen-``x0`` mean is the scheduler's own affine mean, so the
+first step is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..config import AutospecConfig
+from ..speculation.coupling import first_rejections, reflection_coupling
+from ..stats import SpecStats
+from .gaussian import GaussianTransition
+from .speculative import Denoise, SpeculativeSampler
+
+
+class AutospecSampler(SpeculativeSampler):
+    """ASD on a DDPM :class:`GaussianTransition` (see the module docstring).
+
+    Raises:
+        ValueError: a kernel other than ``DDPMScheduler``'s.
+    """
+
+    def __init__(self, kernel: GaussianTransition, denoise: Denoise, config: AutospecConfig, stats: SpecStats) -> None:
+        if kernel.name != "DDPMScheduler":
+            raise ValueError(f"method 'autospec' (ASD) is the exchangeability sampler of DDPM; the scheduler is "
+                             f"{kernel.name}. Use DDPMScheduler, or method='coupling' for DDIM / Euler-Ancestral")
+        super().__init__(kernel, denoise, config, stats)  # type: ignore[arg-type]
+
+    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
+        return self.kernel.draft_mean(y, steps, frozen)
+
+    def sample(self, x: torch.Tensor, generator: torch.Generator | None = None,
+               on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
+        kernel, batch, dtype = self.kernel, x.shape[0], x.dtype
+        n_stoch = kernel.stochastic_steps()
+        traj_all = torch.arange(batch, device=x.device)
+        n = torch.zeros(batch, dtype=torch.long)  # committed step per trajectory (host)
+        frozen = torch.zeros_like(x, dtype=torch.float32)
+        fresh = torch.zeros(batch, dtype=torch.bool)  # frozen holds x0 at the current root (host)
+        lookahead = self.config.lookahead
+        while bool((n < n_stoch).any()):
+            stale = ((n < n_stoch) & ~fresh).nonzero().flatten()
+            if stale.numel():  # roots not evaluated yet (start, or a corrected state): one batched call
+                rows = stale.to(x.device)
+                frozen[rows] = self._target(x[rows], n[stale].to(x.device), rows).x0.float()
+                fresh[stale] = True
+            lookahead = self._asd_round(x, n, frozen, fresh, n_stoch, lookahead, generator)
+            if on_progress is not None:
+                on_progress(int(n.min()))
+        x = self._plain_tail(x, n_stoch, kernel.num_steps, traj_all).to(dtype)
+        self._finish(batch)
+        return x
+
+    def _asd_round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, fresh: torch.Tensor, n_stoch: int,
+                   lookahead: int, generator: torch.Generator | None) -> int:
+        dev = x.device
+        active = (n < n_stoch).nonzero().flatten()
+        lengths = (n_stoch - n[active]).clamp(max=lookahead)
+        depth = int(lengths.max())
+        active_d, na = active.to(dev), n[active].to(dev)
+        states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator)
+        # rows Y_j (j = 1 .. length) at step n + j: they verify step j + 1 and give the next root's x0
+        cols = torch.arange(depth).view(1, -1)
+        evaluated = (cols < lengths.view(-1, 1)) & (n[active].view(-1, 1) + cols + 1 < self.kernel.num_steps)
+        ea, ej = evaluated.nonzero(as_tuple=True)
+        ea_d, ej_d = ea.to(dev), ej.to(dev)
+        ys = torch.stack(states[1:], 1)[ea_d, ej_d]
+        target = self._target(ys, na[ea_d] + ej_d + 1, active_d[ea_d])
+        # couple step j + 1 (column j >= 1) against the target mean at Y_j (evaluated row (a, j - 1))
+        checked = evaluated[:, :-1] & (cols[:, 1:] < lengths.view(-1, 1))  # (A, depth - 1): step column j + 1
+        ca, cj = checked.nonzero(as_tuple=True)
+        row_of = torch.full((len(active), depth), -1, dtype=torch.long)
+        row_of[ea, ej] = torch.arange(len(ea))
+        src = row_of[ca, cj].to(dev)
+        ca_d, cj_d = ca.to(dev), (cj + 1).to(dev)
+        pick = lambda seq: torch.stack(seq, 1)[ca_d, cj_d]  # noqa: E731
+        steps = na[ca_d] + cj_d
+        uniform = torch.rand(len(ca), generator=generator, device=dev, dtype=torch.float64)
+        coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean[src],
+                                      self.kernel.std.to(dev)[steps], uniform)
+        valid = cols < lengths.view(-1, 1)
+        accepted = valid.clone()  # column 0 (the exact first step) is always kept
+        accepted[ca, cj + 1] = coupled.accepted.cpu()  # the round's one host read
+        committed = first_rejections(accepted, lengths)
+        samples = torch.stack(states[1:], 1)  # accepted columns keep their drafts
+        samples[ca_d, cj_d] = coupled.sample
+        a_idx = torch.arange(len(active))
+        x[active_d] = samples[a_idx.to(dev), (committed - 1).to(dev)]
+        kept_all = accepted[a_idx, committed - 1]  # the last committed step was a kept draft
+        next_row = row_of[a_idx, committed - 1]
+        reuse = kept_all & (next_row >= 0)
+        if bool(reuse.any()):
+            frozen[active_d[reuse.to(dev)]] = target.x0[next_row[reuse].to(dev)].float()
+        fresh[active] = reuse
+        n[active] += committed
+        self._count(accepted, valid, committed, first=1)
+        return self._next_lookahead(committed, lengths, lookahead)

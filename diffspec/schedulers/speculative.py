@@ -1,0 +1,227 @@
+"""Exact speculative sampling of a stochastic diffusion sampler (De Bortoli et al.; the ``coupling`` method).
+
+Per round, for every trajectory at its committed step ``n`` with state ``X``:
+
+1. draft ``L`` steps without the network: ``Y_0 = X``, ``Y_j = a_j + s_j z_j`` with the draft mean
+   ``a_j`` built from a quantity frozen at the last target call (``x0`` by default);
+2. evaluate the target once on every drafted state ``Y_0 .. Y_{L-1}`` of every trajectory (one
+   batched call, per-row timesteps), giving the target means ``b_j``;
+3. couple step ``j`` with :func:`~diffspec.speculation.coupling.reflection_coupling`, keep the
+   accepted prefix and the corrected sample at the first rejection.
+
+Every committed step is an exact draw from the target transition given the committed past, so
+the output has the plain sampler's law. The first step runs plainly (it gives the first frozen
+quantity); steps whose std is 0 (the last) run plainly at the end. One host read per round
+(how many steps each trajectory committed) decides the next round's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import CouplingConfig
+from ..speculation.coupling import first_rejections, reflection_coupling
+from ..stats import SpecStats
+from .gaussian import GaussianTransition
+
+Denoise = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``denoise(model_input, steps, trajectories) -> model_output``: the guided network output for rows
+at step indices ``steps`` belonging to trajectories ``trajectories`` (for their conditioning)."""
+
+
+@dataclass
+class _Target:
+    """What one target call gives at a set of rows."""
+
+    output: torch.Tensor
+    x0: torch.Tensor
+    mean: torch.Tensor
+
+
+@dataclass
+class RoundLog:
+    """Per-depth acceptance counters (``accepted[j]`` of ``proposed[j]`` drafts at depth ``j``)."""
+
+    accepted: list[int] = field(default_factory=list)
+    proposed: list[int] = field(default_factory=list)
+
+    def add(self, accepted: torch.Tensor, valid: torch.Tensor) -> None:
+        acc, val = (accepted & valid).sum(0).tolist(), valid.sum(0).tolist()
+        for j, (a, v) in enumerate(zip(acc, val)):
+            if j == len(self.accepted):
+                self.accepted.append(0)
+                self.proposed.append(0)
+            self.accepted[j] += a
+            self.proposed[j] += v
+
+
+class SpeculativeSampler:
+    """Runs the exact speculative sampler for a batch of trajectories.
+
+    Args:
+        kernel: the scheduler's :class:`GaussianTransition`.
+        denoise: the guided network (see :data:`Denoise`).
+        config: a :class:`CouplingConfig`.
+        stats: counters to fill (``target_calls``: sequential network calls; ``target_evals``:
+            network rows per trajectory; ``accepted``/``proposed``: coupled drafts).
+
+    Example:
+        >>> sampler = SpeculativeSampler(kernel, denoise, CouplingConfig(), SpecStats())  # doctest: +SKIP
+        >>> x0 = sampler.sample(torch.randn(4, 4, 16, 16), generator=torch.Generator().manual_seed(0))  # doctest: +SKIP
+    """
+
+    def __init__(self, kernel: GaussianTransition, denoise: Denoise, config: CouplingConfig, stats: SpecStats) -> None:
+        self.kernel, self.denoise, self.config, self.stats = kernel, denoise, config, stats
+        self.log = RoundLog()
+        self._rows = 0
+
+    def _target(self, x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor) -> _Target:
+        out = self.denoise(self.kernel.model_input(x, steps), steps, traj)
+        self.stats.target_calls += 1
+        self._rows += x.shape[0]
+        return _Target(out, self.kernel.x0(x, steps, out), self.kernel.mean(x, steps, out))
+
+    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
+        if self.config.draft == "x0":
+            return self.kernel.draft_mean(y, steps, frozen)
+        if self.config.draft == "output":
+            return self.kernel.mean(y, steps, frozen)
+        return y.float() + frozen  # "increment"
+
+    def _frozen(self, target: _Target, x: torch.Tensor) -> torch.Tensor:
+        if self.config.draft == "x0":
+            return target.x0
+        if self.config.draft == "output":
+            return target.output
+        return target.mean - x.float()
+
+    def _noise(self, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return torch.randn(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+
+    def sample(self, x: torch.Tensor, generator: torch.Generator | None = None,
+               on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
+        """Sample from initial noise ``x`` (``(B, ...)``, already scaled by the scheduler's init sigma).
+
+        ``on_progress(k)`` is called after each round with the step every trajectory has reached.
+        """
+        kernel, batch, device = self.kernel, x.shape[0], x.device
+        n_stoch, n_total = kernel.stochastic_steps(), kernel.num_steps
+        dtype = x.dtype
+        traj_all = torch.arange(batch, device=device)
+        if n_stoch > 0:  # step 0 plainly: it also gives the first frozen quantity
+            steps = torch.zeros(batch, dtype=torch.long, device=device)
+            target = self._target(x, steps, traj_all)
+            frozen = self._frozen(target, x)
+            x = (target.mean + self._std(steps, x) * self._noise(x, generator)).to(dtype)
+            n = torch.ones(batch, dtype=torch.long)  # committed step per trajectory, kept on the host
+            lookahead = self.config.lookahead
+            while bool((n < n_stoch).any()):
+                lookahead = self._round(x, n, frozen, n_stoch, lookahead, generator)
+                if on_progress is not None:
+                    on_progress(int(n.min()))
+        x = self._plain_tail(x, n_stoch, n_total, traj_all).to(dtype)
+        self._finish(batch)
+        return x
+
+    def _finish(self, batch: int) -> None:
+        self.stats.target_evals += self._rows / batch
+        self.stats.extra["acceptance_by_depth"] = [round(a / p, 4) if p else None
+                                                   for a, p in zip(self.log.accepted, self.log.proposed)]
+        self.stats.extra["rows_per_call"] = round(self._rows / max(self.stats.target_calls, 1), 3)
+
+    def _std(self, steps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return self.kernel.std.to(like.device)[steps].view(-1, *[1] * (like.dim() - 1))
+
+    def _round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, n_stoch: int, lookahead: int,
+               generator: torch.Generator | None) -> int:
+        """One draft/verify round; updates ``x``, ``n`` (host) and ``frozen`` in place; returns the next lookahead.
+
+        The bookkeeping (which trajectories, how many drafts, which rows) stays on the host, so the
+        round's one device-to-host read is the acceptance pattern.
+        """
+        dev = x.device
+        active = (n < n_stoch).nonzero().flatten()
+        lengths = (n_stoch - n[active]).clamp(max=lookahead)
+        depth = int(lengths.max())
+        valid = torch.arange(depth).view(1, -1) < lengths.view(-1, 1)  # (A, depth), host
+        rows_a, rows_j = valid.nonzero(as_tuple=True)
+        active_d, rows_a_d, rows_j_d = active.to(dev), rows_a.to(dev), rows_j.to(dev)
+        xa, fa, na = x[active_d], frozen[active_d], n[active].to(dev)
+        states, noises, means = self._draft(xa, na, fa, depth, generator)
+        pick = lambda seq: torch.stack(seq, 1)[rows_a_d, rows_j_d]  # noqa: E731
+        y_prev, steps = pick(states[:-1]), na[rows_a_d] + rows_j_d
+        target = self._target(y_prev, steps, active_d[rows_a_d])
+        uniform = torch.rand(rows_a.shape[0], generator=generator, device=dev, dtype=torch.float64)
+        coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean,
+                                      self.kernel.std.to(dev)[steps], uniform)
+        accepted = torch.zeros_like(valid)
+        accepted[rows_a, rows_j] = coupled.accepted.cpu()  # the round's one host read
+        committed = first_rejections(accepted, lengths)
+        last = (rows_j == (committed - 1)[rows_a]).nonzero().flatten().to(dev)  # row of each new state
+        x[active_d] = coupled.sample[last]
+        new = _Target(target.output[last], target.x0[last], target.mean[last])
+        frozen[active_d] = self._frozen(new, y_prev[last]).to(frozen.dtype)
+        n[active] += committed
+        self._count(accepted, valid, committed)
+        return self._next_lookahead(committed, lengths, lookahead)
+
+    def _draft(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, depth: int,
+               generator: torch.Generator | None) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """``depth`` drafted steps from states ``x`` at steps ``n``: the states ``[x, Y_1, ...]``, the noises
+        and the draft means (tensor ops over the batch, one iteration per depth)."""
+        states, noises, means = [x], [], []
+        for j in range(depth):
+            steps = (n + j).clamp(max=self.kernel.num_steps - 1)
+            a = self._draft_mean(states[-1], steps, frozen)
+            z = self._noise(x, generator)
+            states.append((a + self._std(steps, x) * z).to(x.dtype))
+            noises.append(z)
+            means.append(a)
+        return states, noises, means
+
+    def _next_lookahead(self, committed: torch.Tensor, lengths: torch.Tensor, lookahead: int) -> int:
+        cfg = self.config
+        if not cfg.adaptive:
+            return lookahead
+        if bool((committed == lengths).all()):
+            return min(2 * lookahead, cfg.max_lookahead)
+        if float(committed.float().mean()) < lookahead / 2:
+            return max(lookahead // 2, 1)
+        return lookahead
+
+    def _count(self, accepted: torch.Tensor, valid: torch.Tensor, committed: torch.Tensor, first: int = 0) -> None:
+        kept = valid & (torch.arange(valid.shape[1]).view(1, -1) < committed.view(-1, 1))
+        kept[:, :first] = False  # ASD's first step is exact, not a coupled draft
+        self.log.add(accepted & kept, kept)
+        self.stats.proposed += int(kept.sum())
+        self.stats.accepted += int((accepted & kept).sum())
+
+    def _plain_tail(self, x: torch.Tensor, start: int, end: int, traj: torch.Tensor) -> torch.Tensor:
+        """The steps with std 0 (and any without speculation), run plainly."""
+        for i in range(start, end):
+            steps = torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
+            x = self._target(x, steps, traj).mean.to(x.dtype)
+        return x
+
+
+def plain_sample(kernel: GaussianTransition, denoise: Denoise, x: torch.Tensor,
+                 generator: torch.Generator | None = None, stats: SpecStats | None = None) -> torch.Tensor:
+    """The plain sampler the speculative one is exact against: ``x' = mean + std * z`` at every step.
+
+    Example:
+        >>> x = plain_sample(kernel, denoise, torch.randn(4, 4, 16, 16))  # doctest: +SKIP
+    """
+    traj = torch.arange(x.shape[0], device=x.device)
+    for i in range(kernel.num_steps):
+        steps = torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
+        out = denoise(kernel.model_input(x, steps), steps, traj)
+        mean = kernel.mean(x, steps, out)
+        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+        x = (mean + kernel.std.to(x.device)[steps].view(-1, *[1] * (x.dim() - 1)) * noise).to(x.dtype)
+        if stats is not None:
+            stats.target_calls += 1
+            stats.target_evals += 1
+    return x

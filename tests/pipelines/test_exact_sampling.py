@@ -1,0 +1,145 @@
+"""`coupling` and `autospec` are exact: their samples have the plain stochastic sampler's law.
+
+Two-sample tests (energy distance with a permutation test, per-coordinate KS with Bonferroni) on
+1000 final latents per arm; a planted bug (acceptance without reflection) must fail the same test.
+"""
+
+import pytest
+import torch
+from diffusers import (
+    AutoencoderKL,
+    DDIMScheduler,
+    DDPMScheduler,
+    DiTPipeline,
+    DiTTransformer2DModel,
+    EulerDiscreteScheduler,
+)
+
+import diffspec.schedulers.speculative as speculative
+from diffspec import AutospecConfig, CouplingConfig, SpeculativePipeline
+from diffspec.bench.twosample import same_law
+from diffspec.models import load_pipeline
+from diffspec.schedulers.gaussian import GaussianTransition
+from diffspec.schedulers.speculative import SpeculativeSampler
+from diffspec.stats import SpecStats
+
+N = 1000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Large batches of tiny ops: one intra-op thread is faster and immune to oversubscription."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def random_dit_pipe():
+    torch.manual_seed(0)
+    transformer = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=8,
+                                        num_layers=1, sample_size=4, patch_size=2, num_embeds_ada_norm=1000)
+    vae = AutoencoderKL(block_out_channels=(4,), layers_per_block=1, latent_channels=4, norm_num_groups=1)
+    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=DDPMScheduler())
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _latents(spec, seed, steps, guidance=4.0, plain=False):
+    run = spec.plain if plain else spec
+    labels = [i % 10 for i in range(N)]
+    return run(class_labels=labels, num_inference_steps=steps, guidance_scale=guidance, output_type="latent",
+               generator=torch.Generator().manual_seed(seed)).images
+
+
+@pytest.fixture(scope="module")
+def random_dit_plain(random_dit_pipe):
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling")
+    return _latents(spec, seed=1, steps=40, plain=True)
+
+
+@pytest.mark.parametrize("method", ["coupling", "autospec"])
+def test_random_dit_samples_have_the_plain_law(random_dit_pipe, random_dit_plain, method):
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method=method, lookahead=4)
+    samples = _latents(spec, seed=2, steps=40)
+    stats = spec.stats
+    assert 0.1 < stats.acceptance_rate < 0.98, stats.acceptance_rate  # both accepts and reflections happened
+    assert stats.target_calls < 40
+    report = same_law(random_dit_plain, samples)
+    assert report["passed"], report
+
+
+def test_a_planted_bias_fails_the_same_test(random_dit_pipe, random_dit_plain, monkeypatch):
+    original = speculative.reflection_coupling
+
+    def keep_every_draft(draft, noise, draft_mean, target_mean, std, uniform):
+        out = original(draft, noise, draft_mean, target_mean, std, uniform)
+        return type(out)(torch.ones_like(out.accepted), draft, out.log_ratio, out.delta)
+
+    monkeypatch.setattr(speculative, "reflection_coupling", keep_every_draft)
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling", lookahead=4)
+    report = same_law(random_dit_plain, _latents(spec, seed=2, steps=40))
+    assert not report["passed"], report
+
+
+@pytest.mark.slow
+def test_trained_tiny_dit_samples_have_the_plain_law():
+    pipe = load_pipeline("tiny-dit")
+    pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    pipe.set_progress_bar_config(disable=True)
+    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4)
+    plain = _latents(spec, seed=1, steps=25, guidance=1.0, plain=True)
+    for method in ("coupling", "autospec"):
+        spec = SpeculativePipeline.from_pipe(pipe, method=method, lookahead=4)
+        samples = _latents(spec, seed=2, steps=25, guidance=1.0)
+        assert spec.stats.accepted > 0 and spec.stats.target_calls < 25, (method, spec.stats)
+        report = same_law(plain, samples)
+        assert report["passed"], (method, report)
+
+
+def test_a_perfect_draft_is_always_accepted_and_lookahead_one_is_one_call_a_step():
+    kernel = GaussianTransition(DDPMScheduler(), 30)
+    target_x0 = torch.randn(1, 4, 4, 4)
+
+    def denoise(x, steps, traj):  # predicts the same clean sample everywhere: the frozen-x0 draft is exact
+        a = kernel.a_t[steps].view(-1, 1, 1, 1)
+        return (x - a**0.5 * target_x0) / (1 - a) ** 0.5
+
+    stats = SpecStats()
+    out = SpeculativeSampler(kernel, denoise, CouplingConfig(lookahead=8, adaptive=False), stats).sample(
+        torch.randn(3, 4, 4, 4), torch.Generator().manual_seed(0))
+    assert stats.accepted == stats.proposed > 0 and stats.target_calls == 1 + 4 + 1  # 28 steps in rounds of 8
+    assert torch.isfinite(out).all()
+    stats = SpecStats()
+    SpeculativeSampler(kernel, denoise, CouplingConfig(lookahead=1, adaptive=False), stats).sample(torch.randn(3, 4, 4, 4))
+    assert stats.target_calls == 30
+
+
+def test_unsupported_schedulers_and_pipelines_are_clear_errors(random_dit_pipe):
+    pipe = DiTPipeline(transformer=random_dit_pipe.transformer, vae=random_dit_pipe.vae,
+                       scheduler=EulerDiscreteScheduler())
+    with pytest.raises(ValueError, match="EulerDiscreteScheduler is deterministic"):
+        SpeculativePipeline.from_pipe(pipe, method="coupling")
+    pipe.scheduler = DDIMScheduler()
+    SpeculativePipeline.from_pipe(pipe, method="coupling", eta=0.5)  # DDIM at eta > 0 is stochastic
+    with pytest.raises(ValueError, match="'autospec' .* needs DDPMScheduler"):
+        SpeculativePipeline.from_pipe(pipe, method="autospec")
+    with pytest.raises(ValueError, match=r"lookahead=0 is out of range"):
+        CouplingConfig(lookahead=0)
+    with pytest.raises(ValueError, match=r"draft='eps'"):
+        CouplingConfig(draft="eps")
+    with pytest.raises(ValueError, match=r"max_lookahead=2 is out of range"):
+        AutospecConfig(lookahead=4, max_lookahead=2)
+
+
+def test_disable_runs_the_pipeline_itself(random_dit_pipe):
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling")
+    spec.disable()
+    torch.manual_seed(3)
+    wrapped = spec(class_labels=[1, 2], num_inference_steps=5, output_type="pt",
+                   generator=torch.Generator().manual_seed(0)).images
+    torch.manual_seed(3)
+    direct = random_dit_pipe(class_labels=[1, 2], num_inference_steps=5, output_type="pt",
+                             generator=torch.Generator().manual_seed(0)).images
+    assert torch.equal(wrapped, direct)
