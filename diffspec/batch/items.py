@@ -1,6 +1,6 @@
 """Batch items: reading a prompt file (plain text or JSONL), validating it, and keying each item.
 
-A JSONL item file holds one JSON object per line (blank lines and ``#`` lines are skipped)::
+A JSONL item file (``*.jsonl``, ``*.ndjson``, ``*.json``) holds one JSON object per line (blank lines and ``#`` lines are skipped)::
 
     {"id": "fox", "prompt": "a red fox in the snow", "seed": 7, "steps": 30, "height": 480, "width": 832,
      "num_frames": 33, "method": "speca", "config": {"k_max": 6}}
@@ -44,6 +44,8 @@ FIELDS: dict[str, str] = {
 """The fields a JSONL item may carry."""
 
 _ALIASES = {"frames": "num_frames"}
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+"""Prompt files read as one JSON object per line; any other file holds one prompt per line."""
 
 
 class ItemError(ValueError):
@@ -178,7 +180,7 @@ def _source_lines(path: Path) -> list[tuple[int, str]]:
 
 
 def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies: int = 1) -> list[GenItem]:
-    """Read a JSONL (``*.jsonl``) or plain-text prompt file into items.
+    """Read a JSONL (``*.jsonl``, ``*.ndjson``, ``*.json``) or plain-text prompt file into items.
 
     ``copies`` > 1 repeats each entry (ids get ``-0``, ``-1``... and seeds move on by one per copy).
 
@@ -192,7 +194,7 @@ def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies
     path = Path(path)
     entries: list[tuple[int, dict[str, Any]]] = []
     for number, text in _source_lines(path):
-        if path.suffix.lower() == ".jsonl":
+        if path.suffix.lower() in JSONL_SUFFIXES:
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:

@@ -1,4 +1,4 @@
-"""Tiny random-weight video pipelines built from configs, offline (tests, demos, CLI smoke runs).
+"""Tiny random-weight text-to-video (and text-to-image) pipelines built from configs, offline (tests, demos, CLI smoke runs).
 
 Every component is built from a config with seeded random weights: the transformer, the VAE, the
 text encoder (a transformers config) and a word-level tokenizer made with the ``tokenizers``
@@ -177,7 +177,33 @@ def build_tiny_hunyuanvideo(seed: int = 0) -> Any:
                                 tokenizer_2=build_word_tokenizer(77))
 
 
+def build_tiny_flux(seed: int = 0) -> Any:
+    """``FluxPipeline`` (text to image): 1+2-block ``FluxTransformer2DModel``, 4-channel
+    ``AutoencoderKL`` (2x spatial, latents packed 2x2), one-layer CLIP and T5 encoders,
+    flow-matching Euler. Height and width: multiples of 4.
+    """
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    torch.manual_seed(seed)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=2,
+                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                         pooled_projection_dim=16, guidance_embeds=False,
+                                         axes_dims_rope=(4, 6, 6)).eval()
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 8), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=8, use_quant_conv=False, use_post_quant_conv=False,
+                        shift_factor=0.0, scaling_factor=1.0).eval()
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=16, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=77,
+                                        projection_dim=16)).eval()
+    return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=clip,
+                        tokenizer=build_word_tokenizer(77), text_encoder_2=_t5_encoder(24),
+                        tokenizer_2=build_word_tokenizer(512), transformer=transformer)
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
+    "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
     "tiny-cogvideox": build_tiny_cogvideox,
     "tiny-ltx": build_tiny_ltx,

@@ -13,6 +13,7 @@ from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer,
 # family → (height, width, frames): sizes the family's VAE and patching accept
 SHAPES = {"tiny-wan": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
           "tiny-hunyuanvideo": (32, 32, 5)}
+IMAGE_SHAPES = {"tiny-flux": (16, 24)}
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +25,7 @@ def one_thread():
 
 
 def test_every_builder_has_a_shape():
-    assert set(SHAPES) == set(TINY_PIPELINES)
+    assert set(SHAPES) | set(IMAGE_SHAPES) == set(TINY_PIPELINES)
 
 
 def test_word_tokenizer_is_offline_and_pads():
@@ -61,3 +62,24 @@ def test_generate_videos_with_taylor_and_speca(tmp_path, name, capsys):
 
         meta = next(imageio_ffmpeg.read_frames(str(out / lines["s"]["path"])))
         assert meta["fps"] == 8
+
+
+@pytest.mark.parametrize("name", list(IMAGE_SHAPES))
+def test_generate_images_from_text(tmp_path, name, capsys):
+    from PIL import Image
+
+    folder = save_tiny_pipeline(name, tmp_path / name)
+    height, width = IMAGE_SHAPES[name]
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"prompt": "a red fox", "negative_prompt": "dark"}) + "\n"
+                     + json.dumps({"prompt": "a cat", "method": "speca", "config": {"warmup": 2}}) + "\n")
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(folder), "--prompt-file", str(items), "--height", str(height), "--width",
+            str(width), "--steps", "8", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    lines = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in lines] == ["ok", "ok"] and all(r["step_speedup"] > 1 for r in lines)
+    assert all(Image.open(out / r["path"]).size == (width, height) for r in lines)
+    items.write_text(json.dumps({"prompt": "a fox", "num_frames": 5}) + "\n")
+    assert main([*argv[:-2], "--out", str(tmp_path / "o2")]) == 2
+    assert "field 'num_frames' is not an argument of FluxPipeline" in capsys.readouterr().err
