@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "process takes its share of the items.")
     gen.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
     gen.add_argument("--method", default="taylor", help="acceleration method, or 'none' for the plain pipeline")
-    gen.add_argument("--prompt-file", type=Path, help="*.jsonl (.ndjson, .json) items, or one prompt (class name) per line")
+    gen.add_argument("--prompt-file", type=Path,
+                     help="*.jsonl (.ndjson, .json) items, or one prompt (class name) per line")
     gen.add_argument("--class-labels", help="comma-separated class names or ids, instead of --prompt-file")
     gen.add_argument("--num-images-per-prompt", type=_positive, default=1)
     gen.add_argument("--steps", type=_positive, default=50, help="inference steps (default 50)")

@@ -48,6 +48,11 @@ def class_id(pipe: Any, label: str | int) -> int:
     raise ValueError(f"unknown class {label!r} for this model; its classes: {names}")
 
 
+def _label(item: GenItem) -> str | int:
+    """An item's class: its ``class_label``, else its prompt (a class name in prompt files)."""
+    return item.class_label if item.class_label is not None else item.prompt or ""
+
+
 class PipelineAdapter:
     """Builds call kwargs for a batch of compatible items and splits the output per item."""
 
@@ -71,7 +76,7 @@ class PipelineAdapter:
         name = type(self.pipe).__name__
         if self.class_conditional:
             try:
-                class_id(self.pipe, item.class_label if item.class_label is not None else item.prompt)  # type: ignore[arg-type]
+                class_id(self.pipe, _label(item))
             except ValueError as exc:
                 raise ItemError(f"{item.where}: {exc}") from None
         elif item.class_label is not None:
@@ -94,8 +99,7 @@ class PipelineAdapter:
         kw: dict[str, Any] = {"num_inference_steps": first.steps, "output_type": "np",
                               "generator": [torch.Generator("cpu").manual_seed(it.seed) for it in items]}
         if self.class_conditional:
-            kw["class_labels"] = [class_id(self.pipe, it.class_label if it.class_label is not None else it.prompt)
-                                  for it in items]  # type: ignore[arg-type]
+            kw["class_labels"] = [class_id(self.pipe, _label(it)) for it in items]
         else:
             kw["prompt"] = [it.prompt for it in items]
             if first.negative_prompt is not None:

@@ -3,7 +3,8 @@
 Input errors (a malformed line, an unknown field or method, a missing model folder, an output
 folder that cannot be written) raise ``ValueError`` naming the line or flag, before anything is
 generated; ``diffspec.cli`` prints them as one line and exits 2. Items that fail while running are
-recorded in the manifest and the exit code is 1.
+recorded in the manifest and the exit code is 1 (0 under a launcher, so that it does not stop the
+other ranks; the merged summary counts the failures).
 
 Example:
     $ diffspec generate --model tiny-dit --prompt-file examples/items.jsonl --out out/
@@ -96,7 +97,7 @@ def load_items(args: argparse.Namespace, overrides: dict[str, Any]) -> list[GenI
 
 
 def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: str) -> int:
-    """``diffspec generate``: returns the exit code (0, or 1 when items failed)."""
+    """``diffspec generate``: returns the exit code (0; 1 when items failed in a single-process run)."""
     import torch
 
     from ..api import resolve_config
@@ -133,7 +134,8 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
         print(f"merged {merge_manifests(args.out).line()}")
     else:
         print(f"other ranks are still running: `diffspec merge {args.out}` once all have finished")
-    return 1 if summary.failed else 0
+    # under a launcher a non-zero exit would make torchrun / accelerate stop the ranks still working
+    return 1 if summary.failed and world.size == 1 else 0
 
 
 def run_merge(args: argparse.Namespace) -> int:

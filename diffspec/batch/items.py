@@ -1,6 +1,7 @@
 """Batch items: reading a prompt file (plain text or JSONL), validating it, and keying each item.
 
-A JSONL item file (``*.jsonl``, ``*.ndjson``, ``*.json``) holds one JSON object per line (blank lines and ``#`` lines are skipped)::
+A JSONL item file (``*.jsonl``, ``*.ndjson``, ``*.json``) holds one JSON object per line (blank
+lines and ``#`` lines are skipped)::
 
     {"id": "fox", "prompt": "a red fox in the snow", "seed": 7, "steps": 30, "height": 480, "width": 832,
      "num_frames": 33, "method": "speca", "config": {"k_max": 6}}
@@ -198,7 +199,8 @@ def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise ItemError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise ItemError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
+                                ) from None
         else:
             obj = {"prompt": text}
         entries.append((number, obj))

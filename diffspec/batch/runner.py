@@ -132,7 +132,7 @@ class _Run:
         if group.config is not None:
             try:
                 runner = SpeculativePipeline.from_pipe(self.pipe, method=group.config)
-            except (ValueError, TypeError) as exc:
+            except Exception as exc:  # e.g. a transformer the method does not support: these items fail
                 for item in group.items:
                     self.fail(item, str(exc), group.config.to_dict())
                 return
@@ -163,7 +163,8 @@ class _Run:
             rel = f"{key[:2]}/{key}.{self.fmt}"
             try:
                 if self.adapter.video:
-                    sha = write_video(self.out / rel, array, fps=item.fps or DEFAULT_FPS, fmt=self.fmt, prefix=self.prefix)
+                    sha = write_video(self.out / rel, array, fps=item.fps or DEFAULT_FPS, fmt=self.fmt,
+                                      prefix=self.prefix)
                 else:
                     sha = write_image(self.out / rel, array, prefix=self.prefix)
             except (OSError, ValueError, RuntimeError) as exc:

@@ -1,4 +1,5 @@
-"""Tiny random-weight text-to-video (and text-to-image) pipelines built from configs, offline (tests, demos, CLI smoke runs).
+"""Tiny random-weight text-to-video (and text-to-image) pipelines built from configs, offline
+(tests, demos, CLI smoke runs).
 
 Every component is built from a config with seeded random weights: the transformer, the VAE, the
 text encoder (a transformers config) and a word-level tokenizer made with the ``tokenizers``
