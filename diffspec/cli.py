@@ -1,10 +1,12 @@
-"""``diffspec generate | bench | info``.
+"""``diffspec generate | merge | bench | calibrate | info``.
 
 Bad input (paths, model names, values) ends with one line ``diffspec: error: ...`` on stderr and
 exit code 2, never a traceback.
 
 Example:
     $ diffspec generate --model tiny-dit --method taylor --prompt-file examples/prompts.txt --out out/
+    $ torchrun --nproc_per_node 2 -m diffspec generate --model tiny-dit --prompt-file items.jsonl --out out/
+    $ diffspec merge out/
     $ diffspec bench dit-cache --model tiny-dit --out benchmarks/results/dit-cache-tiny-dit-cpu.json
     $ diffspec info
 """
@@ -78,34 +80,15 @@ def _device(name: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------- generate
 def cmd_generate(args: argparse.Namespace) -> int:
-    import torch
+    from .batch.command import run_generate
 
-    from .api import SpeculativePipeline, resolve_config
-    from .models import load_pipeline
-    from .pipelines.batch import generate_to_folder, read_prompts
+    return run_generate(args, parse_overrides(args.set), _device(args.device))
 
-    if (args.prompt_file is None) == (args.class_labels is None):
-        raise UsageError("give exactly one of --prompt-file FILE or --class-labels A,B,...")
-    prompts = (read_prompts(args.prompt_file) if args.prompt_file is not None
-               else [c.strip() for c in args.class_labels.split(",") if c.strip()])
-    prompts = [p for p in prompts for _ in range(args.num_images_per_prompt)]
-    overrides = parse_overrides(args.set)
-    if args.method == "none":
-        if overrides:
-            raise UsageError("--set needs a --method other than 'none'")
-        config = None
-    else:
-        _, config = resolve_config(args.method, overrides)  # bad method or value: fail before loading
-    device = _device(args.device)
-    pipe = load_pipeline(args.model, dtype=getattr(torch, args.dtype), device=device)
-    pipe.set_progress_bar_config(disable=True)
-    runner = pipe if config is None else SpeculativePipeline.from_pipe(pipe, method=config)
-    config = None if config is None else runner.config.to_dict()  # speca: with its resolved thresholds
-    record = {"model": args.model, "method": args.method, "config": config, "dtype": args.dtype, "device": device}
-    manifest = generate_to_folder(runner, prompts, args.out, seed=args.seed, batch_size=args.batch_size,
-                                  steps=args.steps, guidance_scale=args.guidance_scale, device=device, record=record)
-    print(f"wrote {len(prompts)} images and {manifest}")
-    return 0
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .batch.command import run_merge
+
+    return run_merge(args)
 
 
 # ---------------------------------------------------------------------------------------------- bench
@@ -190,21 +173,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"diffspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    gen = sub.add_parser("generate", help="generate images into a folder (PNGs + manifest.jsonl)")
+    gen = sub.add_parser("generate", help="generate a batch of images or videos into a folder, resumably",
+                         description="Items come from --prompt-file (one prompt per line, or JSONL objects "
+                         "with id, prompt|class_label, negative_prompt, seed, steps, height, width, num_frames, "
+                         "fps, guidance_scale, method, config) or --class-labels; the flags below are the "
+                         "defaults of fields an item leaves out. Under torchrun, accelerate launch or srun each "
+                         "process takes its share of the items.")
     gen.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
     gen.add_argument("--method", default="taylor", help="acceleration method, or 'none' for the plain pipeline")
-    gen.add_argument("--prompt-file", type=Path, help="one prompt (class name for class-conditional models) per line")
+    gen.add_argument("--prompt-file", type=Path,
+                     help="*.jsonl (.ndjson, .json) items, or one prompt (class name) per line")
     gen.add_argument("--class-labels", help="comma-separated class names or ids, instead of --prompt-file")
     gen.add_argument("--num-images-per-prompt", type=_positive, default=1)
     gen.add_argument("--steps", type=_positive, default=50, help="inference steps (default 50)")
-    gen.add_argument("--seed", type=int, default=0, help="image i uses seed + i (default 0)")
-    gen.add_argument("--batch-size", type=_positive, default=8)
+    gen.add_argument("--seed", type=int, default=0, help="item i without a seed uses seed + i (default 0)")
+    gen.add_argument("--negative-prompt", default=None)
+    gen.add_argument("--height", type=_positive, default=None, help="default: the pipeline's own")
+    gen.add_argument("--width", type=_positive, default=None, help="default: the pipeline's own")
+    gen.add_argument("--num-frames", type=_positive, default=None, help="video frames (default: the pipeline's own)")
+    gen.add_argument("--fps", type=_positive, default=None, help="frames per second of written videos (default 16)")
+    gen.add_argument("--video-format", default=None, help="mp4 (needs imageio-ffmpeg, the default when installed), "
+                     "webp or gif")
+    gen.add_argument("--batch-size", type=_positive, default=1,
+                     help="items per pipeline call among items with equal settings (default 1: outputs then "
+                     "do not depend on batching or on the number of processes)")
     gen.add_argument("--guidance-scale", type=float, default=None, help="default: the pipeline's own")
     gen.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
-    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available; "
+                     "cuda:LOCAL_RANK under a launcher)")
     gen.add_argument("--dtype", choices=DTYPES, default="float32")
+    gen.add_argument("--rank", type=int, default=None, help="this process's rank (default: RANK or SLURM_PROCID)")
+    gen.add_argument("--world-size", type=_positive, default=None,
+                     help="number of processes (default: WORLD_SIZE or SLURM_NTASKS, else 1)")
     gen.add_argument("--out", type=Path, required=True, help="output folder")
     gen.set_defaults(func=cmd_generate)
+
+    merge = sub.add_parser("merge", help="combine the per-rank manifests of a generate folder into manifest.jsonl")
+    merge.add_argument("out", type=Path, help="the --out folder of `diffspec generate`")
+    merge.add_argument("--verify", action="store_true", help="re-hash every file against its sha256")
+    merge.set_defaults(func=cmd_merge)
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
     bench.add_argument("suite", help="benchmark suite (dit-cache)")
@@ -253,8 +260,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"diffspec: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("diffspec: interrupted", file=sys.stderr)
+        print("diffspec: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except BaseException as exc:
+        from .batch.command import Terminated
+
+        if isinstance(exc, Terminated):
+            print("diffspec: terminated (SIGTERM); rerun the same command to resume", file=sys.stderr)
+            return 143
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,28 +21,37 @@ def _error_line(capsys) -> str:
     return err
 
 
+def _manifest(out):
+    return [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+
+
 def test_generate_writes_pngs_and_a_manifest(tmp_path, local_pipe_dir):
     out = tmp_path / "out"
     rc = main(["generate", "--model", str(local_pipe_dir), "--method", "taylor", "--class-labels",
                "class0,class3,1", "--steps", "8", "--seed", "5", "--batch-size", "2", "--set", "interval=2",
                "--out", str(out)])
     assert rc == 0
-    lines = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
-    assert [x["file"] for x in lines] == ["00000.png", "00001.png", "00002.png"]
-    assert [x["seed"] for x in lines] == [5, 6, 7] and [x["class_label"] for x in lines] == [0, 3, 1]
+    lines = _manifest(out)
+    assert [x["index"] for x in lines] == [0, 1, 2] and all(x["status"] == "ok" for x in lines)
+    assert [x["path"] for x in lines] == [f"{x['key'][:2]}/{x['key']}.png" for x in lines]
+    assert [x["seed"] for x in lines] == [5, 6, 7] and [x["prompt"] for x in lines] == ["class0", "class3", "1"]
     assert lines[0]["method"] == "taylor" and lines[0]["config"]["interval"] == 2
-    assert lines[0]["batch_stats"]["full_steps"] + lines[0]["batch_stats"]["forecast_steps"] == 8
-    assert Image.open(out / "00002.png").size == (16, 16)
-    assert not list(out.glob(".tmp-*"))
+    assert lines[0]["full_steps"] + lines[0]["forecast_steps"] == 8
+    assert lines[0]["step_speedup"] == 8 / lines[0]["full_steps"]
+    assert Image.open(out / lines[2]["path"]).size == (16, 16)
+    assert (out / "manifest-rank0.jsonl").is_file()
+    assert not list(out.glob("**/.tmp-*"))
 
 
 def test_an_image_depends_on_its_seed_not_on_its_batch(tmp_path, local_pipe_dir):
     args = ["generate", "--model", str(local_pipe_dir), "--method", "none", "--class-labels", "0,1,2", "--steps", "4"]
     assert main([*args, "--batch-size", "3", "--out", str(tmp_path / "a")]) == 0
     assert main([*args, "--batch-size", "1", "--out", str(tmp_path / "b")]) == 0
-    for name in ("00000.png", "00002.png"):
-        a = np.asarray(Image.open(tmp_path / "a" / name), dtype=int)
-        b = np.asarray(Image.open(tmp_path / "b" / name), dtype=int)
+    a_lines, b_lines = _manifest(tmp_path / "a"), _manifest(tmp_path / "b")
+    assert [x["key"] for x in a_lines] == [x["key"] for x in b_lines]  # batch size is not part of the key
+    for la, lb in zip(a_lines, b_lines):
+        a = np.asarray(Image.open(tmp_path / "a" / la["path"]), dtype=int)
+        b = np.asarray(Image.open(tmp_path / "b" / lb["path"]), dtype=int)
         assert np.abs(a - b).max() <= 1  # batched matmuls may round differently
 
 
@@ -51,9 +60,9 @@ def test_generate_shipped_model_from_prompt_file(tmp_path):
     prompts.write_text("# comment\ncircle\n\nstar\n")
     assert main(["generate", "--model", "tiny-dit", "--prompt-file", str(prompts), "--steps", "5",
                  "--out", str(tmp_path / "o")]) == 0
-    lines = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
-    assert [json.loads(x)["prompt"] for x in lines] == ["circle", "star"]
-    assert Image.open(tmp_path / "o" / "00001.png").size == (32, 32)
+    lines = _manifest(tmp_path / "o")
+    assert [x["prompt"] for x in lines] == ["circle", "star"] and [x["line"] for x in lines] == [2, 4]
+    assert Image.open(tmp_path / "o" / lines[1]["path"]).size == (32, 32)
 
 
 @pytest.mark.parametrize(

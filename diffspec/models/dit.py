@@ -38,17 +38,24 @@ def save_dit_pipeline(pipe: Any, folder: str | Path, labels: Sequence[str] | Non
 
 @contextlib.contextmanager
 def quiet_diffusers() -> Iterator[None]:
-    """Hide diffusers' loading bar and notes (e.g. the ``id2label`` type note of hub DiT folders)."""
+    """Hide diffusers' and transformers' loading bars and notes (e.g. the ``id2label`` type note of
+    hub DiT folders, the weight-loading bar of text encoders)."""
     from diffusers.utils import logging as dlog
+    from transformers.utils import logging as tlog
 
-    level = dlog.get_verbosity()
+    level, t_level, t_bar = dlog.get_verbosity(), tlog.get_verbosity(), tlog.is_progress_bar_enabled()
     dlog.set_verbosity_error()
     dlog.disable_progress_bar()
+    tlog.set_verbosity_error()
+    tlog.disable_progress_bar()
     try:
         yield
     finally:
         dlog.set_verbosity(level)
         dlog.enable_progress_bar()
+        tlog.set_verbosity(t_level)
+        if t_bar:
+            tlog.enable_progress_bar()
 
 
 def _dtype_kwarg() -> str:

@@ -1,0 +1,170 @@
+"""Per-rank append-only manifests, resume, and ``diffspec merge``.
+
+Each rank appends one JSON line per finished item to ``out/manifest-rank<r>.jsonl`` (flushed and
+fsynced after each line): ``key``, ``id``, ``index``, ``status`` (``ok``/``failed``), ``path``
+(relative to ``out``), ``sha256``, ``seconds``, the method's step counts and acceptance, and the
+item's fields. A rerun skips every key that some manifest lists as ``ok`` and whose file exists;
+:func:`merge_manifests` writes ``out/manifest.jsonl`` with one line per key (the latest ``ok``
+line if any, else the latest failure), in item order.
+
+Example:
+    >>> summary = merge_manifests("out/")  # doctest: +SKIP
+    >>> summary.ok, summary.failed  # doctest: +SKIP
+    (98, 2)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .media import sha256_file, write_atomic
+
+MERGED = "manifest.jsonl"
+RANK_GLOB = "manifest-rank*.jsonl"
+
+
+def rank_manifest(out: str | Path, rank: int) -> Path:
+    """``out/manifest-rank<rank>.jsonl``."""
+    return Path(out) / f"manifest-rank{rank}.jsonl"
+
+
+class ManifestWriter:
+    """Appends records to one rank's manifest; each line is on disk before :meth:`write` returns.
+
+    A line cut short by a killed process is closed with a newline first, so later lines stay whole
+    (readers skip the cut line).
+    """
+
+    def __init__(self, out: str | Path, rank: int) -> None:
+        self.path = rank_manifest(out, rank)
+        self._fh = open(self.path, "a+b")  # closed in close()
+        self._fh.seek(0, os.SEEK_END)
+        if self._fh.tell() > 0:
+            self._fh.seek(-1, os.SEEK_END)
+            if self._fh.read(1) != b"\n":
+                self._fh.write(b"\n")
+        self._fh.seek(0, os.SEEK_END)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record as a JSON line and sync it."""
+        self._fh.write((json.dumps(record, default=str) + "\n").encode("utf-8"))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+    def __enter__(self) -> ManifestWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(out: str | Path) -> tuple[list[dict[str, Any]], int]:
+    """Every record of every rank manifest in ``out`` (oldest first), and the number of unreadable lines."""
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for path in sorted(Path(out).glob(RANK_GLOB)):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1  # a line cut by a kill
+                continue
+            if isinstance(rec, dict) and "key" in rec:
+                records.append(rec)
+            else:
+                bad += 1
+    records.sort(key=lambda r: r.get("finished", 0.0))
+    return records, bad
+
+
+def completed(out: str | Path, records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """key → latest ``ok`` record whose file exists: what a rerun skips."""
+    if records is None:
+        records, _ = read_records(out)
+    out = Path(out)
+    done: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if rec.get("status") == "ok" and rec.get("path") and (out / rec["path"]).is_file():
+            done[rec["key"]] = rec
+    return done
+
+
+@dataclass
+class MergeSummary:
+    """What :func:`merge_manifests` found: counts and the merged file."""
+
+    path: Path
+    ok: int = 0
+    failed: int = 0
+    missing: int = 0  # listed ok, but the file is gone (or, with verify, does not match its sha256)
+    unreadable_lines: int = 0
+    mean_seconds: float | None = None
+    mean_step_speedup: float | None = None
+    failures: list[str] = field(default_factory=list)  # "id: error" of the failed items
+
+    def line(self) -> str:
+        """One-line human summary."""
+        parts = [f"{self.ok} ok", f"{self.failed} failed"]
+        if self.missing:
+            parts.append(f"{self.missing} missing")
+        text = f"{self.path}: {', '.join(parts)}"
+        if self.mean_seconds is not None:
+            text += f"; {self.mean_seconds:.3g} s/item"
+        if self.mean_step_speedup is not None:
+            text += f"; mean speedup {self.mean_step_speedup:.2f}x (steps / full steps)"
+        return text
+
+
+def merge_manifests(out: str | Path, *, verify: bool = False) -> MergeSummary:
+    """Combine ``out/manifest-rank*.jsonl`` into ``out/manifest.jsonl`` (atomically), one line per key.
+
+    Args:
+        out: the output folder of ``diffspec generate``.
+        verify: re-hash every file and count a mismatch as missing.
+
+    Raises:
+        ValueError: ``out`` holds no rank manifest.
+    """
+    out = Path(out)
+    records, bad = read_records(out)
+    if not records and not any(out.glob(RANK_GLOB)):
+        raise ValueError(f"{out} holds no {RANK_GLOB} (is it the --out folder of `diffspec generate`?)")
+    best: dict[str, dict[str, Any]] = {}
+    summary = MergeSummary(out / MERGED, unreadable_lines=bad)
+    for rec in records:
+        ok = rec.get("status") == "ok" and (out / str(rec.get("path"))).is_file()
+        if ok and verify and sha256_file(out / rec["path"]) != rec.get("sha256"):
+            ok = False
+        if ok:
+            best[rec["key"]] = rec
+        elif rec["key"] not in best or best[rec["key"]].get("status") != "ok":
+            best[rec["key"]] = {**rec, "status": "missing"} if rec.get("status") == "ok" else rec
+    merged = sorted(best.values(), key=lambda r: (r.get("index", 0), r["key"]))
+    seconds, speedups = [], []
+    for rec in merged:
+        status = rec.get("status")
+        if status == "ok":
+            summary.ok += 1
+            seconds.append(float(rec.get("seconds") or 0.0))
+            if rec.get("step_speedup") is not None:
+                speedups.append(float(rec["step_speedup"]))
+        elif status == "missing":
+            summary.missing += 1
+        else:
+            summary.failed += 1
+            summary.failures.append(f"{rec.get('id')}: {rec.get('error')}")
+    summary.mean_seconds = sum(seconds) / len(seconds) if seconds else None
+    summary.mean_step_speedup = sum(speedups) / len(speedups) if speedups else None
+    text = "".join(json.dumps(r, default=str) + "\n" for r in merged)
+    write_atomic(summary.path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return summary

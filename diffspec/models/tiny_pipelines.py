@@ -1,0 +1,235 @@
+"""Tiny random-weight text-to-video (and text-to-image) pipelines built from configs, offline
+(tests, demos, CLI smoke runs).
+
+Every component is built from a config with seeded random weights: the transformer, the VAE, the
+text encoder (a transformers config) and a word-level tokenizer made with the ``tokenizers``
+library from a fixed word list. Nothing is downloaded. Saved with ``save_pretrained``, a folder
+loads back with ``DiffusionPipeline.from_pretrained`` and drives ``diffspec generate`` like a
+real checkpoint.
+
+Example:
+    >>> from diffspec.models.tiny_pipelines import save_tiny_pipeline
+    >>> folder = save_tiny_pipeline("tiny-wan", "/tmp/tiny-wan")  # doctest: +SKIP
+    >>> # diffspec generate --model /tmp/tiny-wan --prompt-file prompts.txt --height 32 --width 32 \\
+    >>> #     --num-frames 5 --steps 8 --out out/
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORDS = (
+    "a an the of in on at with and to under over near by through red green blue yellow white black orange "
+    "purple small large old young fast slow bright dark cat dog fox bird fish horse car boat tree flower "
+    "river sea sky cloud mountain city street forest field snow rain sun moon night day runs walks flies "
+    "swims jumps sits glows falls video photo scene camera close wide shot"
+).split()
+"""The tokenizers' vocabulary (other words map to ``<unk>``)."""
+
+
+def build_word_tokenizer(max_length: int = 512) -> Any:
+    """A lower-casing word-level ``PreTrainedTokenizerFast`` over :data:`WORDS` (pad 0, eos 1, unk 2).
+
+    Example:
+        >>> tok = build_word_tokenizer()
+        >>> tok("A red fox")["input_ids"]
+        [3, 18, 36]
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.normalizer = normalizers.Lowercase()
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   model_max_length=max_length)
+
+
+def _vocab_size() -> int:
+    return len(WORDS) + 3
+
+
+def _t5_encoder(d_model: int, *, umt5: bool = False) -> Any:
+    from transformers import T5Config, T5EncoderModel, UMT5Config, UMT5EncoderModel
+
+    kw = dict(vocab_size=_vocab_size(), d_model=d_model, d_kv=8, d_ff=32, num_layers=1, num_heads=2,
+              relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    model = UMT5EncoderModel(UMT5Config(**kw)) if umt5 else T5EncoderModel(T5Config(**kw))
+    return model.eval()
+
+
+def build_tiny_wan(seed: int = 0) -> Any:
+    """``WanPipeline``: 3-block ``WanTransformer3DModel``, 4-channel ``AutoencoderKLWan`` (8x spatial,
+    4x temporal), one-layer UMT5 encoder, flow-matching Euler scheduler. Frames: ``4k + 1``;
+    height and width: multiples of 16.
+    """
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        WanPipeline,
+        WanTransformer3DModel,
+    )
+
+    torch.manual_seed(seed)
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
+                                        in_channels=4, out_channels=4, text_dim=24, freq_dim=32, ffn_dim=64,
+                                        num_layers=3, rope_max_seq_len=32).eval()
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           temperal_downsample=[False, True, True], latents_mean=[0.0] * 4,
+                           latents_std=[1.0] * 4).eval()
+    return WanPipeline(tokenizer=build_word_tokenizer(), text_encoder=_t5_encoder(24, umt5=True), vae=vae,
+                       transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+
+
+def build_tiny_cogvideox(seed: int = 0) -> Any:
+    """``CogVideoXPipeline`` (2b style: sincos positions): 3-block transformer reading 226 text tokens,
+    4-channel ``AutoencoderKLCogVideoX`` (8x spatial, 4x temporal), one-layer T5 encoder, DDIM.
+    Frames: ``8k + 1`` (an odd number of latent frames decodes to the frames asked for); height and
+    width: multiples of 16.
+    """
+    from diffusers import (
+        AutoencoderKLCogVideoX,
+        CogVideoXDDIMScheduler,
+        CogVideoXPipeline,
+        CogVideoXTransformer3DModel,
+    )
+
+    torch.manual_seed(seed)
+    transformer = CogVideoXTransformer3DModel(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                                              out_channels=4, time_embed_dim=32, text_embed_dim=24, num_layers=3,
+                                              sample_width=4, sample_height=4, sample_frames=5, patch_size=2,
+                                              temporal_compression_ratio=4, max_text_seq_length=226).eval()
+    vae = AutoencoderKLCogVideoX(in_channels=3, out_channels=3, down_block_types=("CogVideoXDownBlock3D",) * 4,
+                                 up_block_types=("CogVideoXUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+                                 latent_channels=4, layers_per_block=1, norm_num_groups=2,
+                                 temporal_compression_ratio=4).eval()
+    scheduler = CogVideoXDDIMScheduler(timestep_spacing="trailing", prediction_type="v_prediction",
+                                       rescale_betas_zero_snr=True, beta_schedule="scaled_linear",
+                                       beta_start=0.00085, beta_end=0.012, clip_sample=False, set_alpha_to_one=True)
+    return CogVideoXPipeline(tokenizer=build_word_tokenizer(226), text_encoder=_t5_encoder(24), vae=vae,
+                             transformer=transformer, scheduler=scheduler)
+
+
+def build_tiny_ltx(seed: int = 0) -> Any:
+    """``LTXPipeline``: 3-block ``LTXVideoTransformer3DModel``, 8-channel ``AutoencoderKLLTXVideo``
+    (4x spatial, 4x temporal), one-layer T5 encoder, flow-matching Euler. Frames: ``4k + 1``;
+    height and width: multiples of 32 (the pipeline's own rule).
+    """
+    from diffusers import (
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXPipeline,
+        LTXVideoTransformer3DModel,
+    )
+
+    torch.manual_seed(seed)
+    transformer = LTXVideoTransformer3DModel(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1,
+                                             num_attention_heads=2, attention_head_dim=16, cross_attention_dim=32,
+                                             num_layers=3, caption_channels=24).eval()
+    vae = AutoencoderKLLTXVideo(in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+                                decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+                                decoder_layers_per_block=(1, 1, 1, 1, 1),
+                                spatio_temporal_scaling=(True, True, False, False),
+                                decoder_spatio_temporal_scaling=(True, True, False, False),
+                                decoder_inject_noise=(False,) * 5, upsample_residual=(False,) * 4,
+                                upsample_factor=(1,) * 4, timestep_conditioning=False, patch_size=1,
+                                patch_size_t=1, encoder_causal=True, decoder_causal=False).eval()
+    return LTXPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=_t5_encoder(24),
+                       tokenizer=build_word_tokenizer(128), transformer=transformer)
+
+
+def build_tiny_hunyuanvideo(seed: int = 0) -> Any:
+    """``HunyuanVideoPipeline``: 2+2-block transformer with embedded guidance, 4-channel
+    ``AutoencoderKLHunyuanVideo`` (8x spatial, 4x temporal), a 3-layer Llama and a one-layer CLIP
+    text encoder, flow-matching Euler. Frames: ``4k + 1``; height and width: multiples of 16.
+    """
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
+
+    torch.manual_seed(seed)
+    transformer = HunyuanVideoTransformer3DModel(in_channels=4, out_channels=4, num_attention_heads=2,
+                                                 attention_head_dim=16, num_layers=2, num_single_layers=2,
+                                                 num_refiner_layers=1, patch_size=2, patch_size_t=1,
+                                                 text_embed_dim=24, pooled_projection_dim=16,
+                                                 rope_axes_dim=(4, 6, 6), guidance_embeds=True).eval()
+    vae = AutoencoderKLHunyuanVideo(in_channels=3, out_channels=3, latent_channels=4,
+                                    down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+                                    up_block_types=("HunyuanVideoUpBlock3D",) * 4, block_out_channels=(8, 8, 8, 8),
+                                    layers_per_block=1, norm_num_groups=4, spatial_compression_ratio=8,
+                                    temporal_compression_ratio=4).eval()
+    llama = LlamaModel(LlamaConfig(vocab_size=_vocab_size(), hidden_size=24, intermediate_size=32, num_hidden_layers=3,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                                   pad_token_id=0)).eval()
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=16, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=77,
+                                        projection_dim=16)).eval()
+    return HunyuanVideoPipeline(text_encoder=llama, tokenizer=build_word_tokenizer(512), transformer=transformer,
+                                vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=clip,
+                                tokenizer_2=build_word_tokenizer(77))
+
+
+def build_tiny_flux(seed: int = 0) -> Any:
+    """``FluxPipeline`` (text to image): 1+2-block ``FluxTransformer2DModel``, 4-channel
+    ``AutoencoderKL`` (2x spatial, latents packed 2x2), one-layer CLIP and T5 encoders,
+    flow-matching Euler. Height and width: multiples of 4.
+    """
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    torch.manual_seed(seed)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=2,
+                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                         pooled_projection_dim=16, guidance_embeds=False,
+                                         axes_dims_rope=(4, 6, 6)).eval()
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 8), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=8, use_quant_conv=False, use_post_quant_conv=False,
+                        shift_factor=0.0, scaling_factor=1.0).eval()
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=16, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=77,
+                                        projection_dim=16)).eval()
+    return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=clip,
+                        tokenizer=build_word_tokenizer(77), text_encoder_2=_t5_encoder(24),
+                        tokenizer_2=build_word_tokenizer(512), transformer=transformer)
+
+
+TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
+    "tiny-flux": build_tiny_flux,
+    "tiny-wan": build_tiny_wan,
+    "tiny-cogvideox": build_tiny_cogvideox,
+    "tiny-ltx": build_tiny_ltx,
+    "tiny-hunyuanvideo": build_tiny_hunyuanvideo,
+}
+"""Builders of the tiny pipelines by name."""
+
+
+def build_tiny_pipeline(name: str, seed: int = 0) -> Any:
+    """The named tiny pipeline (see :data:`TINY_PIPELINES`), progress bars off.
+
+    Raises:
+        ValueError: an unknown name (lists the known ones).
+    """
+    if name not in TINY_PIPELINES:
+        raise ValueError(f"unknown tiny pipeline {name!r}; choose one of {', '.join(TINY_PIPELINES)}")
+    pipe = TINY_PIPELINES[name](seed)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def save_tiny_pipeline(name: str, folder: str | Path, seed: int = 0) -> Path:
+    """Build the named tiny pipeline and ``save_pretrained`` it into ``folder``; returns the folder."""
+    from .dit import quiet_diffusers
+
+    with quiet_diffusers():
+        build_tiny_pipeline(name, seed).save_pretrained(str(folder))
+    return Path(folder)

@@ -1,0 +1,146 @@
+"""``diffspec generate`` / ``merge`` in process, on a tiny random-weight DiT saved locally."""
+
+import json
+
+import pytest
+from PIL import Image
+
+from diffspec.cli import main
+
+STEPS = ["--steps", "6"]
+
+
+def _items(tmp_path, *objs):
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return path
+
+
+def _merged(out):
+    return [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def _outputs(out):
+    return {r["key"]: r["sha256"] for r in _merged(out) if r["status"] == "ok"}
+
+
+def _error(capsys):
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("diffspec: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+ITEMS = [{"id": "a", "class_label": "class0"}, {"id": "b", "class_label": 1, "seed": 42},
+         {"id": "c", "class_label": "class2", "method": "speca", "config": {"k_max": 3}},
+         {"id": "d", "class_label": "class3", "method": "none", "steps": 4},
+         {"id": "e", "class_label": "class1", "config": {"order": 2}}]
+
+
+def test_jsonl_batch_with_per_item_methods_then_resume(tmp_path, dit_dir, capsys):
+    items, out = _items(tmp_path, *ITEMS), tmp_path / "out"
+    argv = ["generate", "--model", str(dit_dir), "--prompt-file", str(items), *STEPS, "--out", str(out)]
+    assert main(argv) == 0
+    lines = _merged(out)
+    assert [r["id"] for r in lines] == ["a", "b", "c", "d", "e"] and all(r["status"] == "ok" for r in lines)
+    by_id = {r["id"]: r for r in lines}
+    assert by_id["b"]["seed"] == 42 and by_id["a"]["seed"] == 0 and by_id["e"]["seed"] == 4
+    assert by_id["c"]["method"] == "speca" and by_id["c"]["config"]["k_max"] == 3
+    assert by_id["c"]["config"]["tau0"] is not None  # the resolved thresholds are recorded
+    assert by_id["d"]["config"] is None and by_id["d"]["step_speedup"] == 1.0 and by_id["d"]["steps"] == 4
+    assert by_id["e"]["config"]["order"] == 2 and by_id["e"]["full_steps"] < 6
+    for r in lines:
+        assert Image.open(out / r["path"]).size == (16, 16)
+    assert "5 generated" in capsys.readouterr().out
+
+    first = {r["key"]: r["finished"] for r in lines}
+    assert main(argv) == 0  # everything is done: nothing is regenerated
+    assert "0 generated, 5 already done" in capsys.readouterr().out
+    (out / by_id["c"]["path"]).unlink()  # a lost file is made again, alone
+    assert main(argv) == 0
+    assert "1 generated, 4 already done" in capsys.readouterr().out
+    again = _merged(out)
+    assert len(again) == 5 and [r["key"] for r in again if r["finished"] != first[r["key"]]] == [by_id["c"]["key"]]
+    assert again[2]["sha256"] == by_id["c"]["sha256"]  # same seed, same bytes
+
+
+def test_a_bad_item_fails_alone(tmp_path, dit_dir, capsys):
+    items = _items(tmp_path, ITEMS[0], {"id": "bad", "class_label": 1, "config": {"interval": 0}}, ITEMS[1],
+                   {"id": "worse", "class_label": 2, "method": "none", "config": {"order": 1}})
+    out = tmp_path / "out"
+    assert main(["generate", "--model", str(dit_dir), "--prompt-file", str(items), *STEPS, "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "2 generated" in captured.out and "2 failed" in captured.out
+    assert "item failed: line 2 (bad): interval=0 is out of range" in captured.err
+    status = {r["id"]: (r["status"], r.get("error")) for r in _merged(out)}
+    assert status["a"][0] == status["b"][0] == "ok"
+    assert status["bad"][0] == "failed" and "interval" in status["bad"][1]
+    assert status["worse"][0] == "failed" and "method other than 'none'" in status["worse"][1]
+    assert main(["merge", str(out)]) == 0
+    assert "2 ok, 2 failed" in capsys.readouterr().out
+
+
+def test_ranks_split_the_items_and_their_union_is_the_single_run(tmp_path, dit_dir, capsys):
+    items = _items(tmp_path, *ITEMS)
+    base = ["generate", "--model", str(dit_dir), "--prompt-file", str(items), *STEPS]
+    assert main([*base, "--out", str(tmp_path / "one")]) == 0
+    split = tmp_path / "two"
+    assert main([*base, "--rank", "1", "--world-size", "2", "--out", str(split)]) == 0
+    assert not (split / "manifest.jsonl").exists() and "diffspec merge" in capsys.readouterr().out
+    assert main([*base, "--rank", "0", "--world-size", "2", "--out", str(split)]) == 0
+    assert "merged" in capsys.readouterr().out  # the last rank to finish merges
+    per_rank = [len((split / f"manifest-rank{r}.jsonl").read_text().splitlines()) for r in (0, 1)]
+    assert sorted(per_rank) == [2, 3]
+    assert _outputs(split) == _outputs(tmp_path / "one")
+
+
+def test_slurm_variables_pick_the_shard(tmp_path, dit_dir, capsys, monkeypatch):
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    items = _items(tmp_path, *ITEMS)
+    out = tmp_path / "out"
+    assert main(["generate", "--model", str(dit_dir), "--prompt-file", str(items), *STEPS, "--out", str(out)]) == 0
+    assert "rank 2/3: 1 items" in capsys.readouterr().out
+    assert [p.name for p in out.glob("manifest*")] == ["manifest-rank2.jsonl"]
+
+
+def test_videos_flags_are_refused_for_an_image_pipeline(tmp_path, dit_dir, capsys):
+    items = _items(tmp_path, {"class_label": 0, "num_frames": 5})
+    assert main(["generate", "--model", str(dit_dir), "--prompt-file", str(items), "--out", str(tmp_path / "o")]) == 2
+    assert "line 1: field 'num_frames' is not an argument of DiTPipeline" in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("lines", "extra", "needle"),
+    [
+        (['{"class_label": 0}', '{"class_label": 1'], [], "items.jsonl line 2: not valid JSON"),
+        (['{"class_label": 0, "method": "warp"}'], [], "line 1: field 'method': unknown method 'warp'"),
+        (['{"class_label": 0, "sampler": "x"}'], [], "line 1: unknown field 'sampler'"),
+        (['{"class_label": "zebra"}'], [], "line 1: unknown class 'zebra'"),
+        (['{"prompt": "a cat"}', '{"class_label": "class1"}'], [], "line 1: unknown class 'a cat'"),
+        (['{"class_label": 0}'], ["--model", "/no/such/folder"], "/no/such/folder"),
+        (['{"class_label": 0}'], ["--video-format", "avi"], "video format 'avi' is not supported"),
+        (['{"class_label": 0}'], ["--rank", "1"], "both --rank and --world-size"),
+        (['{"class_label": 0}'], ["--rank", "2", "--world-size", "2"], "rank 2 is out of range"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_line_or_flag(tmp_path, dit_dir, capsys, lines, extra, needle):
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(lines) + "\n")
+    argv = ["generate", "--model", str(dit_dir), "--prompt-file", str(items), "--out", str(tmp_path / "o"), *extra]
+    assert main(argv) == 2
+    assert needle in _error(capsys)
+
+
+def test_an_unwritable_output_folder_is_refused_before_loading(tmp_path, dit_dir, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    argv = ["generate", "--model", "/no/such/model", "--class-labels", "0", "--out", str(blocker / "out")]
+    assert main(argv) == 2
+    assert "--out" in (err := _error(capsys)) and "is not a writable folder" in err
+
+
+def test_merge_of_a_folder_without_manifests(tmp_path, capsys):
+    assert main(["merge", str(tmp_path)]) == 2
+    assert "manifest-rank" in _error(capsys)
+    assert main(["merge", str(tmp_path / "nope")]) == 2
+    assert "is not a folder" in _error(capsys)

@@ -1,0 +1,85 @@
+"""Tiny random-weight video pipelines, saved locally and driven by ``diffspec generate`` (no hub)."""
+
+import json
+
+import pytest
+import torch
+
+from diffspec.batch import read_video
+from diffspec.batch.media import has_ffmpeg
+from diffspec.cli import main
+from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer, save_tiny_pipeline
+
+# family → (height, width, frames): sizes the family's VAE and patching accept
+SHAPES = {"tiny-wan": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
+          "tiny-hunyuanvideo": (32, 32, 5)}
+IMAGE_SHAPES = {"tiny-flux": (16, 24)}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_every_builder_has_a_shape():
+    assert set(SHAPES) | set(IMAGE_SHAPES) == set(TINY_PIPELINES)
+
+
+def test_word_tokenizer_is_offline_and_pads():
+    tok = build_word_tokenizer(8)
+    enc = tok(["a red fox", "zebra"], padding="max_length", max_length=8)
+    assert enc["input_ids"][1][:2] == [tok.unk_token_id, tok.pad_token_id] and enc["attention_mask"][0][3] == 0
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_generate_videos_with_taylor_and_speca(tmp_path, name, capsys):
+    folder = save_tiny_pipeline(name, tmp_path / name)
+    height, width, frames = SHAPES[name]
+    items = tmp_path / "items.jsonl"
+    items.write_text("\n".join(json.dumps(o) for o in [
+        {"id": "t", "prompt": "a red fox runs in the snow", "method": "taylor", "config": {"warmup": 2}},
+        {"id": "s", "prompt": "a cat sits", "method": "speca", "config": {"warmup": 2}, "fps": 8},
+        {"id": "n", "prompt": "a boat", "method": "none", "steps": 3},
+    ]) + "\n")
+    fmt = "mp4" if has_ffmpeg() else "webp"
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(folder), "--prompt-file", str(items), "--height", str(height), "--width",
+            str(width), "--num-frames", str(frames), "--steps", "8", "--video-format", fmt, "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    lines = {r["id"]: r for r in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())}
+    assert all(r["status"] == "ok" and r["path"].endswith(f".{fmt}") for r in lines.values())
+    for r in lines.values():
+        assert read_video(out / r["path"]).shape == (frames, height, width, 3)
+    for key in ("t", "s"):
+        assert lines[key]["forecast_steps"] > 0 and lines[key]["step_speedup"] > 1.0
+    assert lines["s"]["fps"] == 8 and lines["s"]["config"]["tau0"] is not None
+    assert lines["n"]["step_speedup"] == 1.0
+    if fmt == "mp4":
+        import imageio_ffmpeg
+
+        meta = next(imageio_ffmpeg.read_frames(str(out / lines["s"]["path"])))
+        assert meta["fps"] == 8
+
+
+@pytest.mark.parametrize("name", list(IMAGE_SHAPES))
+def test_generate_images_from_text(tmp_path, name, capsys):
+    from PIL import Image
+
+    folder = save_tiny_pipeline(name, tmp_path / name)
+    height, width = IMAGE_SHAPES[name]
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"prompt": "a red fox", "negative_prompt": "dark"}) + "\n"
+                     + json.dumps({"prompt": "a cat", "method": "speca", "config": {"warmup": 2}}) + "\n")
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(folder), "--prompt-file", str(items), "--height", str(height), "--width",
+            str(width), "--steps", "8", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    lines = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in lines] == ["ok", "ok"] and all(r["step_speedup"] > 1 for r in lines)
+    assert all(Image.open(out / r["path"]).size == (width, height) for r in lines)
+    items.write_text(json.dumps({"prompt": "a fox", "num_frames": 5}) + "\n")
+    assert main([*argv[:-2], "--out", str(tmp_path / "o2")]) == 2
+    assert "field 'num_frames' is not an argument of FluxPipeline" in capsys.readouterr().err
