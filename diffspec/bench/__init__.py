@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .dit_cache import run_dit_cache
+from .exact_diffusion import run_exact_diffusion
 
-SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache}
+SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, "exact-diffusion": run_exact_diffusion}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -37,4 +38,4 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
     return doc
 
 
-__all__ = ["SUITES", "run_bench", "run_dit_cache"]
+__all__ = ["SUITES", "run_bench", "run_dit_cache", "run_exact_diffusion"]

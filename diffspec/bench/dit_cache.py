@@ -190,23 +190,25 @@ def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]
     return arms
 
 
-def method_configs(overrides: dict[str, Any]) -> dict[str, MethodConfig]:
+def method_configs(overrides: dict[str, Any],
+                   classes: dict[str, type[MethodConfig]] | None = None) -> dict[str, MethodConfig]:
     """Each of our methods' config with ``overrides``: ``"speca.tau0"`` targets one method, a plain
     ``"order"`` every method that has the field.
 
     Raises:
         ValueError: a key that no method's config has.
     """
-    per_method: dict[str, dict[str, Any]] = {m: {} for m in METHOD_CONFIGS}
+    classes = classes or METHOD_CONFIGS
+    per_method: dict[str, dict[str, Any]] = {m: {} for m in classes}
     for key, value in overrides.items():
         method, _, name = key.rpartition(".")
-        targets = [method] if method else [m for m, c in METHOD_CONFIGS.items() if name in c.__dataclass_fields__]
-        if method and method not in METHOD_CONFIGS or not targets:
+        targets = [method] if method else [m for m, c in classes.items() if name in c.__dataclass_fields__]
+        if method and method not in classes or not targets:
             raise ValueError(f"--set {key}: no method config has this field; use METHOD.FIELD with METHOD in "
-                             f"{', '.join(METHOD_CONFIGS)} and a field of its config")
+                             f"{', '.join(classes)} and a field of its config")
         for m in targets:
             per_method[m][name] = value
-    return {m: METHOD_CONFIGS[m]().replace(**per_method[m]) for m in METHOD_CONFIGS}
+    return {m: classes[m]().replace(**per_method[m]) for m in classes}
 
 
 def _relative(path: str) -> str:

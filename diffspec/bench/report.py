@@ -15,6 +15,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
     Example:
         >>> print(markdown_table(json.load(open("benchmarks/results/dit-cache-tiny-dit-cpu.json"))))  # doctest: +SKIP
     """
+    if doc.get("suite") == "exact-diffusion":
+        return _exact_table(doc)
     rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
@@ -24,6 +26,23 @@ def markdown_table(doc: dict[str, Any]) -> str:
             f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
             f"{run['target_calls']}/{run.get('transformer_calls', run['target_calls'])} | {run['target_evals']:.1f} | "
             f"{_fmt(q['psnr'], '.1f')} | {_fmt(q['ssim'], '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
+        )
+    return "\n".join(rows)
+
+
+def _exact_table(doc: dict[str, Any]) -> str:
+    rows = ["| method | median s | speedup | sequential calls | fewer calls | rows/sample | acceptance | "
+            "energy p | KS p (Bonf.) | ref. FID | accuracy |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in doc["runs"]:
+        q = run["quality"]
+        two = q.get("two_sample") or {}
+        name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+        rows.append(
+            f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | {run['target_calls']} | "
+            f"{run['calls_speedup_vs_baseline']:.2f}x | {run['target_evals']:.1f} | "
+            f"{_fmt(run.get('acceptance_rate'), '.3f')} | {_fmt(two.get('energy', {}).get('p_value'), '.3f')} | "
+            f"{_fmt(two.get('ks', {}).get('bonferroni_p'), '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
         )
     return "\n".join(rows)
 
