@@ -28,7 +28,7 @@ from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
 from .gate import Schedule, verify_error
 from .rows import merge_rows, take_call_rows
-from .steps import StepTracker, timestep_value
+from .steps import StepTracker
 from .taylor import TaylorForecaster
 
 EARLIER_BLOCK_INPUTS = ("skip",)
@@ -155,7 +155,7 @@ class ForecastHooks:
         return args[i] if i is not None and i < len(args) else None
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        t = timestep_value(self._arg("timestep", args, kwargs))
+        t = self.tracker.read(self._arg("timestep", args, kwargs))
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
@@ -307,7 +307,7 @@ class ForecastHooks:
         extra = self.stats.extra
         extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
         extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(rows) / batch / self._num_blocks
-        index = checked.to(h_hat.device)
+        index = checked.to(h_hat.device, non_blocking=True)
         errors = verify_error(h_hat.index_select(0, index), y_h, self.config.metric,  # type: ignore[union-attr]
                               hidden.index_select(0, index))
         self._errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)
