@@ -27,10 +27,11 @@ from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
 from .budget import choose_cache
+from .compile import CompiledCalls
 from .gate import Schedule, verify_error
 from .modules import DRAFT_FORWARDS, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
-from .steps import StepTracker, timestep_value
+from .steps import StepTracker
 from .taylor import TaylorForecaster
 
 EARLIER_BLOCK_INPUTS = ("skip",)
@@ -44,6 +45,8 @@ class _ListState:
     inputs: dict[str, torch.Tensor | None] = field(default_factory=dict)
     tail_inputs: dict[str, torch.Tensor | None] = field(default_factory=dict)
     encoder_out_none: bool = False  # the list's last block returns no text stream (SD3's last block)
+    drafts: dict[str, torch.Tensor] = field(default_factory=dict)  # this draft call's forecasts (fp32), by key
+    pending: tuple | None = None  # the last block's (hidden, encoder, split, single), recorded after the call
 
 
 @dataclass
@@ -63,6 +66,8 @@ class ForecastHooks:
     with ``policy="strict"``, whose draft was rejected or not finite) are then recomputed in one
     full pass and merged per row, so a row's output never depends on its batch neighbours.
     A draft step costs one host read (the verifier's per-row errors); ``taylor`` has none.
+    Forecasts are made by the pre-hook and anchors recorded by the post-hook, so the block wrappers
+    can be traced by ``torch.compile`` (see :mod:`diffspec.forecast.compile`).
 
     Args:
         transformer: a diffusers transformer (``DiTTransformer2DModel``, ``FluxTransformer2DModel``...).
@@ -89,7 +94,8 @@ class ForecastHooks:
         self.num_steps_fn = num_steps_fn or (lambda: None)
         self.schedule = Schedule.of(config)
         self.verify = self.schedule.verify
-        self.block_lists = find_block_lists(transformer, config.blocks)
+        self.calls = CompiledCalls(transformer)
+        self.block_lists = find_block_lists(self.calls.model, config.blocks)
         self._num_blocks = sum(len(blocks) for _, blocks in self.block_lists)
         blocks = [b for _, bl in self.block_lists for b in bl]
         if config.granularity == "module":
@@ -100,7 +106,7 @@ class ForecastHooks:
         self._order = config.order
         self.modules_real = False  # the verifier runs the submodules for real, without recording
         self.tracker = StepTracker()
-        self._params = list(inspect.signature(transformer.forward).parameters)
+        self._params = list(inspect.signature(self.calls.model.forward).parameters)
         self._handles: list[Any] = []
         self._patched: list[nn.Module] = []
         self._branches: dict[int, _BranchState] = {}
@@ -136,8 +142,9 @@ class ForecastHooks:
         """Install the hooks (idempotent)."""
         if self.attached:
             return
-        self._handles.append(self.transformer.register_forward_pre_hook(self._pre_forward, with_kwargs=True))
-        self._handles.append(self.transformer.register_forward_hook(self._post_forward, with_kwargs=True))
+        pre, post = torch.compiler.disable(self._pre_forward), torch.compiler.disable(self._post_forward)
+        self._handles.append(self.transformer.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(self.transformer.register_forward_hook(post, with_kwargs=True))
         for li, (_, blocks) in enumerate(self.block_lists):
             last = len(blocks) - 1
             split = self.verify and li == len(self.block_lists) - 1
@@ -156,6 +163,7 @@ class ForecastHooks:
             if "forward" in block.__dict__:
                 del block.forward
         self._patched.clear()
+        self.calls.restore()
         self.reset()
 
     def reset(self) -> None:
@@ -172,7 +180,8 @@ class ForecastHooks:
         return args[i] if i is not None and i < len(args) else None
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        t = timestep_value(self._arg("timestep", args, kwargs))
+        self.calls.borrow()
+        t = self.tracker.read(self._arg("timestep", args, kwargs))
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
@@ -199,6 +208,9 @@ class ForecastHooks:
             self.mode, self._record_rows = "full", None
         else:
             self.mode, self._run_verifier = "draft", any(self._check_rows)
+        for state in branch.lists:  # forecasts made here, outside any compiled region
+            state.drafts = {k: f.forecast(self._x) for k, f in state.forecasters.items()} if self.mode == "draft" else {}
+            state.pending = None
 
     def _post_forward(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         branch = self._branch
@@ -209,6 +221,11 @@ class ForecastHooks:
             self._decide(branch, recompute)
             if any(recompute):  # planned-full rows and strict rejections: one full pass over just those rows
                 output = self._recompute(module, args, kwargs, recompute, output)
+        for state in branch.lists:  # anchors of the full pass
+            if state.pending is not None:
+                *outs, split, single = state.pending
+                state.pending = None
+                self._record(state, *outs, split=split, single=single)
         for r, full in enumerate(recompute):
             since = branch.since_full[r]
             branch.since_full[r] = 0 if full else since + 1  # type: ignore[operator]
@@ -222,13 +239,13 @@ class ForecastHooks:
         self.mode = "full"
         if all(recompute):
             self._record_rows = None
-            return module.forward(*args, **kwargs)
+            return self.calls.forward(module)(*args, **kwargs)
         rows = [r for r, full in enumerate(recompute) if full]
         batch = len(recompute)
         index = torch.tensor(rows)
         sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch)
         self._record_rows = rows
-        return merge_rows(index, module.forward(*sub_args, **sub_kwargs), drafted)
+        return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted)
 
     def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:
         """Turn the verifier's per-row errors into recompute / lazy decisions (one host read)."""
@@ -253,6 +270,9 @@ class ForecastHooks:
         extra["rejections"] = extra.get("rejections", 0) + rejected_rows
         if checked:
             extra.setdefault("checked_errors", []).append([self.tracker.step, round(max(checked), 6), round(tau, 6)])
+        if self._run_verifier:
+            extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
+            extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(checked) / len(errors) / self._num_blocks
 
     def _count(self, recompute: list[bool], drafted: bool) -> None:
         stats = self.stats
@@ -275,7 +295,7 @@ class ForecastHooks:
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
               split: bool) -> Callable[..., Any]:
         """``split``: the verified list, whose last block is forecast (and verified) on its own."""
-        original = block.forward
+        original = self.calls.block_forward(block)
         io = BlockIO.for_block(block, original)
         hooks = self
         head = "body" if split else "list"
@@ -301,7 +321,7 @@ class ForecastHooks:
                                          **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
                 out = original(*args, **kwargs)
                 if last and hooks.granularity != "module":
-                    hooks._record(state, *io.split_output(out), split=split, single=first)
+                    state.pending = (*io.split_output(out), split, first)
                 elif io.returns_tensor is None:
                     io.split_output(out)  # learn the layout for draft steps
                 return out
@@ -349,10 +369,7 @@ class ForecastHooks:
             y_h, y_e = io.split_output(original(*args, **kwargs))
         finally:
             self.modules_real = False
-        extra = self.stats.extra
-        extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
-        extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(rows) / batch / self._num_blocks
-        index = checked.to(h_hat.device)
+        index = checked.to(h_hat.device, non_blocking=True)
         errors = verify_error(h_hat.index_select(0, index), y_h, self.config.metric,  # type: ignore[union-attr]
                               hidden.index_select(0, index))
         self._errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)
@@ -396,7 +413,11 @@ class ForecastHooks:
         self._forecaster(self._branch.lists[list_index], key).update(self._x, value, self._record_rows)  # type: ignore[union-attr]
 
     def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor:
-        return self.module_forecaster(list_index, key).forecast(self._x).to(like.dtype)  # type: ignore[union-attr]
+        state = self._branch.lists[list_index]  # type: ignore[union-attr]
+        draft = state.drafts.pop(key, None)  # computed in the pre-hook (outside any compiled region)
+        if draft is None:
+            draft = state.forecasters[key].forecast(self._x)
+        return draft.to(like.dtype)
 
     def _choose_cache(self) -> None:
         """Pick granularity and order from the anchors of the first step (every branch), drop the rest."""
@@ -417,13 +438,13 @@ class ForecastHooks:
 
     def _apply_raw(self, state: _ListState, key: str, x: Any) -> Any:
         """The forecast of a recorded block input itself (not a residual); ``x`` when none is recorded."""
-        f = state.forecasters.get(key)
-        if not isinstance(x, torch.Tensor) or f is None:
+        draft = state.drafts.pop(key, None)
+        if not isinstance(x, torch.Tensor) or draft is None:
             return x
-        return f.forecast(self._x).to(x.dtype)
+        return draft.to(x.dtype)
 
     def _apply(self, state: _ListState, key: str, x: torch.Tensor | None) -> torch.Tensor | None:
-        f = state.forecasters.get(key)
-        if x is None or f is None:
+        draft = state.drafts.pop(key, None)
+        if x is None or draft is None:
             return x
-        return (x.float() + f.forecast(self._x)).to(x.dtype)
+        return (x.float() + draft).to(x.dtype)

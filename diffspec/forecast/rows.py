@@ -20,7 +20,7 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension."""
     if isinstance(value, torch.Tensor):
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
-        return value.index_select(0, index.to(value.device)) if batched else value
+        return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if isinstance(value, dict):
         return {k: take_rows(v, index, batch, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
@@ -40,7 +40,7 @@ def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
     if isinstance(part, torch.Tensor):
         if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
             return whole
-        return whole.index_copy(0, index.to(whole.device), part.to(whole.dtype))
+        return whole.index_copy(0, index.to(whole.device, non_blocking=True), part.to(whole.dtype))
     if isinstance(part, tuple):
         return tuple(merge_rows(index, a, b) for a, b in zip(part, whole))
     if hasattr(part, "keys"):  # diffusers BaseOutput

@@ -17,6 +17,23 @@ class StepTracker:
         self.step = -1
         self.branch = 0
         self.t_step: float | None = None
+        self._read: tuple[torch.Tensor, int, float] | None = None  # (tensor, its version, value) last read
+
+    def read(self, timestep: Any) -> float:
+        """:func:`timestep_value`, without a second host read when the same, unmodified tensor comes
+        again (pipelines that call the transformer once per CFG branch pass one ``timestep``)."""
+        if not isinstance(timestep, torch.Tensor):
+            return timestep_value(timestep)
+        try:
+            version = timestep._version
+        except RuntimeError:  # inference-mode tensors have no version counter
+            return timestep_value(timestep)
+        last = self._read
+        if last is not None and last[0] is timestep and last[1] == version:
+            return last[2]
+        value = timestep_value(timestep)
+        self._read = (timestep, version, value)
+        return value
 
     def observe(self, t: float) -> bool:
         """Advance on a new call; returns True when a new generation starts."""

@@ -170,8 +170,8 @@ class TaylorForecaster:
                     buf = buf.clone()
                 self._slots[slot] = buf
                 self._owned.add(slot)
-            target = torch.tensor([r for r, _ in pairs], device=value.device)
-            source = torch.tensor([i for _, i in pairs], device=value.device)
+            target = torch.tensor([r for r, _ in pairs]).to(value.device, non_blocking=True)
+            source = torch.tensor([i for _, i in pairs]).to(value.device, non_blocking=True)
             buf.index_copy_(0, target, value.index_select(0, source))  # type: ignore[union-attr]
 
     def forecast(self, x: float) -> torch.Tensor:

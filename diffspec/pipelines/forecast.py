@@ -8,6 +8,7 @@ from ..api import SpeculativePipeline
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.blocks import SUPPORTED_TRANSFORMERS
 from ..forecast.calibrate import resolve_thresholds
+from ..forecast.compile import compile_blocks
 from ..forecast.hooks import ForecastHooks
 
 
@@ -46,6 +47,21 @@ class ForecastPipeline(SpeculativePipeline):
         if not isinstance(config, (ForecastConfig, SpecaConfig)):
             raise ValueError(f"{type(config).__name__} is not a forecast config")
         return cls(target, config)
+
+    def compile(self, **compile_kwargs: Any) -> ForecastPipeline:
+        """Compile the transformer blocks (regional ``torch.compile``); returns ``self``.
+
+        ``compile_kwargs`` go to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``...). The
+        forecast decisions stay outside the compiled blocks: after a first generation, another one
+        with the same shapes compiles nothing new. :meth:`disable` leaves the blocks compiled. Same effect as diffusers'
+        ``pipe.transformer.compile_repeated_blocks()``, also for models without ``_repeated_blocks``
+        (see :mod:`diffspec.forecast.compile`).
+
+        Example:
+            >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor").compile()  # doctest: +SKIP
+        """
+        compile_blocks(self.pipe.transformer, **compile_kwargs)
+        return self
 
     def enable(self) -> None:
         self.hooks.attach()
