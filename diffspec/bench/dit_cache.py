@@ -10,8 +10,12 @@ Two workloads:
   real size (GPU); quality is the PSNR of the final latents vs the baseline's.
 
 Arms: ``baseline``, our methods (``taylor``, ``speca``), and peers marked ``"peer": true``: diffusers'
-``TaylorSeerCacheConfig()``, ``FirstBlockCacheConfig()``, ``MagCacheConfig`` (calibrated in
-process, as its docs prescribe), and a plain run with fewer steps (as many as ``taylor`` runs in full).
+``TaylorSeerCacheConfig()`` (defaults, and ``-tuned`` at ``taylor``'s interval, order and warmup),
+``FirstBlockCacheConfig()``, ``MagCacheConfig`` (calibrated in process, as its docs prescribe),
+cache-dit's DBCache with and without its TaylorSeer calibrator (when cache-dit is installed; see
+:mod:`diffspec.bench.cache_dit_peer`), and a plain run with fewer steps (as many as ``taylor`` runs
+in full). A peer that cannot run on the model (cache-dit missing, or a transformer it is not wired
+up for) is left out and listed under ``"skipped"`` in the JSON.
 """
 
 from __future__ import annotations
@@ -25,8 +29,16 @@ from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.gate import Schedule
 from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
+from .cache_dit_peer import CACHE_DIT_PEERS, CacheDitCache
 from .models import SPECS, build_transformer, make_call, timesteps_for
-from .peers import PEER_CACHES, DiffusersCache, calibrate_magcache, config_dict, peer_cache_config
+from .peers import (
+    PEER_CACHES,
+    DiffusersCache,
+    calibrate_magcache,
+    config_dict,
+    peer_cache_config,
+    taylorseer_full_steps,
+)
 from .quality import psnr, ssim
 from .runner import run_arms
 from .timing import Arm, machine_info
@@ -34,7 +46,7 @@ from .workload import Workload
 
 OUR_METHODS = ("taylor", "speca")
 METHOD_CONFIGS: dict[str, type[MethodConfig]] = {"taylor": ForecastConfig, "speca": SpecaConfig}
-PEERS = (*PEER_CACHES, "fewer-steps")
+PEERS = (*PEER_CACHES, *CACHE_DIT_PEERS, "fewer-steps")
 DEFAULT_METHODS = (*OUR_METHODS, *PEERS)
 TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
 
@@ -150,9 +162,10 @@ class LoopWorkload(Workload):
                 "scheduler": "euler (uniform timesteps)"}
 
 
-def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None) -> Arm:
-    """An arm for one of diffusers' cache hooks."""
-    config = peer_cache_config(name, workload.steps, magcache_ratios, workload.transformer)
+def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None,
+              forecast: ForecastConfig | None = None) -> Arm:
+    """An arm for one of diffusers' cache hooks (``forecast``: ``taylor``'s config, for the tuned TaylorSeer)."""
+    config = peer_cache_config(name, workload.steps, magcache_ratios, workload.transformer, forecast)
     cache = DiffusersCache(workload.transformer, config)
 
     def run(seeds: list[int]) -> torch.Tensor:
@@ -162,11 +175,49 @@ def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None
         finally:
             cache.end_generation()
 
-    return Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=config_dict(config))
+    described = config_dict(config)
+    if name == "diffusers-taylorseer-tuned":
+        f = forecast or ForecastConfig()
+        described["matches"] = (f"taylor interval/order/warmup at {f.to_dict()}: {taylorseer_full_steps(config, workload.steps)}"
+                                f" full steps vs taylor's {full_steps_of(f, workload.steps)}")
+    return Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=described)
 
 
-def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]) -> list[Arm]:
-    """The baseline first, then each requested method or peer."""
+def cache_dit_arm(workload: Workload, name: str) -> Arm:
+    """An arm for cache-dit's DBCache (``name`` in :data:`CACHE_DIT_PEERS`), attached once to check it fits.
+
+    Raises:
+        ImportError: cache-dit is not installed.
+        ValueError: cache-dit cannot cache this model (the message names it and what is supported).
+    """
+    pipe = getattr(workload, "pipe", None)
+    cache = CacheDitCache(workload.transformer, name, workload.steps, pipe=pipe, model=workload.name)
+    try:
+        cache.attach()
+    except (AssertionError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"cache-dit cannot cache {workload.name} ({type(workload.transformer).__name__}): "
+                         f"{type(e).__name__}: {e}") from e
+    cache.detach()
+
+    def run(seeds: list[int]) -> torch.Tensor:
+        cache.start_generation()
+        out = workload.generate(seeds)
+        cache.end_generation()
+        return out
+
+    arm = Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=cache.describe())
+    arm.stats_obj = cache.stats  # type: ignore[attr-defined]
+    arm.cache = cache  # type: ignore[attr-defined]
+    return arm
+
+
+def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any],
+               skipped: list[dict[str, str]] | None = None) -> list[Arm]:
+    """The baseline first, then each requested method or peer.
+
+    A cache-dit peer that cannot run here (not installed, or a model it cannot cache) is left out
+    and appended to ``skipped`` as ``{"method", "reason"}``; without a ``skipped`` list it raises.
+    """
     unknown = [m for m in methods if m not in DEFAULT_METHODS]
     if unknown:
         raise ValueError(f"dit-cache: unknown method(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_METHODS)}")
@@ -180,13 +231,20 @@ def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]
             k = full_steps_of(forecast, workload.steps)
             arms.append(Arm("fewer-steps", lambda seeds, k=k: workload.generate(seeds, steps=k), peer=True,
                             config={"num_inference_steps": k, "matches": f"taylor full steps at {forecast.to_dict()}"}))
+        elif method in CACHE_DIT_PEERS:
+            try:
+                arms.append(cache_dit_arm(workload, method))
+            except (ImportError, ValueError) as e:
+                if skipped is None:
+                    raise
+                skipped.append({"method": method, "reason": str(e)})
         else:
             ratios = None
             if method == "diffusers-magcache":
                 with torch.inference_mode():
                     ratios = calibrate_magcache(workload.transformer, workload.steps,
                                                 lambda: workload.generate(workload.seeds))
-            arms.append(cache_arm(workload, method, ratios))
+            arms.append(cache_arm(workload, method, ratios, forecast))
     return arms
 
 
@@ -261,14 +319,15 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
     batch = batch or (1 if model in SPECS else 10)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
                              guidance_scale=guidance_scale)
-    arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}))
+    skipped: list[dict[str, str]] = []
+    arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
     runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
                     quality_chunk=max(batch, 50), show_progress=show_progress)
     params = sum(p.numel() for p in workload.transformer.parameters())
     describe = workload.describe()
     describe.update(repeats=repeats, warmup=warmup,
                     quality_samples=quality_samples if workload.mode == "pipeline" else len(workload.seeds))
-    return {
+    doc = {
         "suite": "dit-cache",
         "machine": machine_info(dev),
         "model": {"name": model, "mode": workload.mode, "transformer": type(workload.transformer).__name__,
@@ -285,3 +344,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
             "quality passes are untimed.",
         ],
     }
+    if skipped:
+        doc["skipped"] = skipped
+        doc["notes"].append("skipped: requested peers that could not run here, with the reason.")
+    return doc

@@ -17,7 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-PEER_CACHES = ("diffusers-taylorseer", "diffusers-fbc", "diffusers-magcache")
+from ..config import ForecastConfig
+
+PEER_CACHES = ("diffusers-taylorseer", "diffusers-taylorseer-tuned", "diffusers-fbc", "diffusers-magcache")
 
 
 ATTENTION_FALLBACK_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.attn\d*$"]
@@ -36,13 +38,22 @@ def taylorseer_identifiers(transformer: nn.Module) -> list[str] | None:
 
 
 def peer_cache_config(name: str, num_steps: int, mag_ratios: list[float] | None = None,
-                      transformer: nn.Module | None = None) -> Any:
-    """The diffusers config of a peer at its documented defaults (TaylorSeer: see :func:`taylorseer_identifiers`)."""
+                      transformer: nn.Module | None = None, forecast: ForecastConfig | None = None) -> Any:
+    """The diffusers config of a peer at its documented defaults (TaylorSeer: see :func:`taylorseer_identifiers`).
+
+    ``diffusers-taylorseer-tuned`` is TaylorSeer at ``forecast``'s schedule (``taylor``'s config,
+    default ``ForecastConfig()``): ``cache_interval = interval``, ``max_order = order`` and
+    ``disable_cache_before_step = warmup``, so both run about the same number of full steps.
+    """
     from diffusers import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 
-    if name == "diffusers-taylorseer":
+    if name in ("diffusers-taylorseer", "diffusers-taylorseer-tuned"):
         identifiers = taylorseer_identifiers(transformer) if transformer is not None else None
-        return TaylorSeerCacheConfig(cache_identifiers=identifiers)
+        if name == "diffusers-taylorseer":
+            return TaylorSeerCacheConfig(cache_identifiers=identifiers)
+        f = forecast or ForecastConfig()
+        return TaylorSeerCacheConfig(cache_interval=f.interval, max_order=f.order, disable_cache_before_step=f.warmup,
+                                     cache_identifiers=identifiers)
     if name == "diffusers-fbc":
         return FirstBlockCacheConfig()
     if name == "diffusers-magcache":
@@ -50,6 +61,14 @@ def peer_cache_config(name: str, num_steps: int, mag_ratios: list[float] | None 
             return MagCacheConfig(calibrate=True, num_inference_steps=num_steps)
         return MagCacheConfig(mag_ratios=mag_ratios, num_inference_steps=num_steps)
     raise ValueError(f"unknown peer {name!r}; choose one of {', '.join(PEER_CACHES)}")
+
+
+def taylorseer_full_steps(config: Any, num_steps: int) -> int:
+    """Steps diffusers' TaylorSeer computes in full (its hook's rule: warmup, then every ``cache_interval``
+    steps counting from ``disable_cache_before_step + 1``, and every step from ``disable_cache_after_step``)."""
+    before, interval, after = config.disable_cache_before_step, config.cache_interval, config.disable_cache_after_step
+    return sum(1 for s in range(num_steps)
+               if s < before or (s - before - 1) % interval == 0 or (after is not None and s >= after))
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -1,10 +1,24 @@
 import json
+import math
 
 import pytest
+import torch
+from torch import nn
 
 from diffspec.bench import SUITES, run_bench
-from diffspec.bench.dit_cache import DEFAULT_METHODS, full_steps_of
+from diffspec.bench.cache_dit_peer import BLOCK_LAYOUTS, CACHE_DIT_PEERS, block_layout
+from diffspec.bench.dit_cache import DEFAULT_METHODS, build_arms, full_steps_of, make_workload
+from diffspec.bench.peers import peer_cache_config, taylorseer_full_steps
 from diffspec.config import ForecastConfig
+
+
+def _cache_dit_installed() -> bool:
+    try:
+        import cache_dit  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 RUN_KEYS = {"method", "peer", "config", "latency_s", "target_calls", "target_evals", "peak_mem_gb",
             "speedup_vs_baseline", "quality"}
@@ -18,7 +32,9 @@ def test_loop_suite_writes_the_design_json_with_every_arm(tmp_path, model):
     assert {"suite", "created", "machine", "model", "workload", "runs"} <= set(doc)
     assert doc["workload"]["steps"] == 12 and doc["model"]["mode"] == "loop"
     runs = {r["method"]: r for r in doc["runs"]}
-    assert list(runs) == ["baseline", *DEFAULT_METHODS]
+    skipped = {s["method"] for s in doc.get("skipped", [])}
+    assert skipped == (set() if _cache_dit_installed() else set(CACHE_DIT_PEERS))
+    assert list(runs) == ["baseline", *(m for m in DEFAULT_METHODS if m not in skipped)]
     for r in runs.values():
         assert RUN_KEYS <= set(r) and r["latency_s"]["n"] == 2
         assert r["peer"] == (r["method"] not in ("baseline", "taylor", "speca"))
@@ -35,8 +51,10 @@ def test_loop_suite_writes_the_design_json_with_every_arm(tmp_path, model):
     assert speca["stats"]["extra"]["checks"] > 0 and speca["config"]["tau0"] is not None  # fallback thresholds
     assert 0 < speca["target_evals"] < base["target_evals"]
     # schedule-driven peers really skip work (FirstBlockCache's gate rarely opens on random weights)
-    for peer in ("diffusers-taylorseer", "diffusers-magcache"):
+    for peer in ("diffusers-taylorseer", "diffusers-taylorseer-tuned", "diffusers-magcache"):
         assert runs[peer]["target_evals"] < base["target_evals"], peer
+    for peer in set(CACHE_DIT_PEERS) - skipped:  # DBCache's gate stays shut on these random weights
+        assert runs[peer]["stats"]["executed_steps"] == 12 and runs[peer]["peer"], peer
 
 
 def test_shipped_pipeline_suite_reports_fid_and_accuracy():
@@ -71,3 +89,109 @@ def test_bad_arguments_are_value_errors():
         run_bench("dit-cache", model="tiny-flux", methods=["warp"], steps=4, show_progress=False)
     with pytest.raises(ValueError, match="repeats=0"):
         run_bench("dit-cache", model="tiny-flux", repeats=0)
+
+
+# The peers beside diffusers' defaults: cache-dit's DBCache (alone and with its TaylorSeer calibrator)
+# and diffusers' TaylorSeer at taylor's schedule.
+
+NEW_PEERS = [*CACHE_DIT_PEERS, "diffusers-taylorseer-tuned"]
+
+
+def _check_new_peers(doc, steps):
+    runs = {r["method"]: r for r in doc["runs"]}
+    assert list(runs) == ["baseline", *NEW_PEERS]
+    base = runs["baseline"]
+    assert base["target_calls"] == steps
+    for name in NEW_PEERS:
+        r = runs[name]
+        assert r["peer"] is True, name
+        assert 0 < r["target_calls"] < base["target_calls"], name
+        assert r["target_evals"] < base["target_evals"], name
+        assert math.isfinite(r["quality"]["psnr"]) and r["quality"]["psnr"] < 100, name
+    for name in CACHE_DIT_PEERS:
+        stats = runs[name]["stats"]  # cache-dit's own count (cache_dit.summary) agrees with ours
+        assert stats["executed_steps"] == steps and stats["cached_steps"] == steps - runs[name]["target_calls"]
+    tuned = runs["diffusers-taylorseer-tuned"]["config"]
+    assert (tuned["cache_interval"], tuned["max_order"], tuned["disable_cache_before_step"]) == (5, 1, 3)
+    assert runs["cache-dit-dbcache-taylorseer"]["config"]["calibrator_config"]["taylorseer_order"] == 1
+    assert runs["cache-dit-dbcache"]["config"]["calibrator_config"] is None
+    return runs
+
+
+def test_new_peers_skip_work_on_a_tiny_loop_model():
+    pytest.importorskip("cache_dit")
+    doc = run_bench("dit-cache", model="tiny-pixart", methods=NEW_PEERS, steps=12, repeats=1, warmup=0,
+                    show_progress=False)
+    runs = _check_new_peers(doc, 12)
+    config = runs["cache-dit-dbcache"]["config"]
+    assert config["cache_config"]["residual_diff_threshold"] == 0.08  # cache-dit's default gate
+    assert config["cache_config"]["Fn_compute_blocks"] == 1 and "Fn_compute_blocks" in config["changed_from_defaults"]
+    assert config["adapter"]["forward_pattern"] == "Pattern_3" and "transformer-only" in config["adapter"]["mode"]
+
+
+def test_new_peers_skip_work_on_the_tiny_dit_pipeline():
+    pytest.importorskip("cache_dit")
+    doc = run_bench("dit-cache", model="tiny-dit", methods=NEW_PEERS, steps=20, batch=2, repeats=1, warmup=0,
+                    quality_samples=2, show_progress=False)
+    runs = _check_new_peers(doc, 20)
+    assert runs["cache-dit-dbcache"]["config"]["adapter"]["mode"].startswith("pipeline")
+
+
+@pytest.mark.parametrize("model", ["tiny-pixart", "tiny-dit-random", "tiny-flux", "tiny-dit"])
+def test_cache_dit_detach_restores_the_uncached_model_bit_for_bit(model):
+    pytest.importorskip("cache_dit")
+    w = make_workload(model, device=torch.device("cpu"), dtype=torch.float32, steps=10, batch=1, guidance_scale=4.0)
+    t = w.transformer
+    pipe_cls = type(getattr(w, "pipe", None))
+    call_before = vars(pipe_cls).get("__call__")
+    attrs, keys = set(vars(t)), list(t.state_dict())
+    with torch.inference_mode():
+        before = w.generate(w.seeds)
+        for arm in build_arms(w, list(CACHE_DIT_PEERS), {})[1:]:
+            arm.enable()
+            try:
+                first, second = arm.run(w.seeds), arm.run(w.seeds)
+            finally:
+                arm.disable()
+            assert torch.isfinite(first).all()
+            assert torch.equal(first, second)  # fresh caches per generation: a rerun repeats exactly
+            assert torch.equal(w.generate(w.seeds), before), arm.name
+            # no patched forward or _norm1_emb left, block lists back in their registration order
+            assert set(vars(t)) == attrs and list(t.state_dict()) == keys
+            assert vars(pipe_cls).get("__call__") is call_before
+
+
+def test_a_model_cache_dit_cannot_cache_is_skipped_with_the_reason():
+    pytest.importorskip("cache_dit")
+
+    class Bare:
+        name, steps, transformer = "my-unet", 10, nn.Linear(2, 2)
+
+    with pytest.raises(ValueError, match="my-unet.*Linear.*supported transformers: DiTTransformer2DModel"):
+        block_layout(Bare.transformer, Bare.name)
+    skipped = []
+    arms = build_arms(Bare(), ["cache-dit-dbcache"], {}, skipped)
+    assert [a.name for a in arms] == ["baseline"]
+    assert skipped[0]["method"] == "cache-dit-dbcache" and "my-unet" in skipped[0]["reason"]
+    with pytest.raises(ValueError, match="my-unet"):
+        build_arms(Bare(), ["cache-dit-dbcache"], {})
+
+
+def test_every_image_family_the_bench_builds_has_a_cache_dit_layout():
+    from diffspec.bench.models import SPECS
+
+    names = {"dit": "DiTTransformer2DModel", "pixart": "PixArtTransformer2DModel", "sd3": "SD3Transformer2DModel",
+             "flux": "FluxTransformer2DModel", "sana": "SanaTransformer2DModel"}
+    assert {s.family for s in SPECS.values()} >= set(names)
+    assert set(names.values()) <= set(BLOCK_LAYOUTS)
+
+
+def test_tuned_taylorseer_follows_taylors_schedule():
+    config = peer_cache_config("diffusers-taylorseer-tuned", 50)
+    assert (config.cache_interval, config.max_order, config.disable_cache_before_step) == (5, 1, 3)
+    assert taylorseer_full_steps(config, 50) == full_steps_of(ForecastConfig(), 50) == 13
+    custom = ForecastConfig(interval=3, order=2, warmup=4)
+    config = peer_cache_config("diffusers-taylorseer-tuned", 50, forecast=custom)
+    assert (config.cache_interval, config.max_order, config.disable_cache_before_step) == (3, 2, 4)
+    default = peer_cache_config("diffusers-taylorseer", 50)
+    assert taylorseer_full_steps(default, 50) == 13  # diffusers' defaults already run this schedule
