@@ -10,14 +10,17 @@ def test_registry_lists_name_family_exactness_and_config():
     assert table["taylor"].family == "diffusion" and table["taylor"].exact is False
     assert table["taylor"].config_class is ForecastConfig and table["taylor"].status == "available"
     assert {"speca", "coupling", "autospec", "sjd", "mc-sjd", "gsd", "lantern", "lantern++", "draft"} <= set(table)
-    assert [m.name for m in diffspec.methods("diffusion", available_only=True)] == ["taylor", "speca"]
+    assert [m.name for m in diffspec.methods("diffusion", available_only=True)] == ["taylor", "speca", "coupling",
+                                                                                     "autospec"]
     assert table["speca"].config_class is diffspec.SpecaConfig and table["speca"].exact is False
+    assert table["coupling"].config_class is diffspec.CouplingConfig and table["coupling"].exact is True
+    assert table["autospec"].config_class is diffspec.AutospecConfig and table["autospec"].exact is True
     with pytest.raises(ValueError, match="family"):
         diffspec.methods("audio")
 
 
 def test_unknown_method_lists_available(tiny_dit_pipe):
-    with pytest.raises(ValueError, match=r"unknown method 'tayler'; available methods: taylor, speca"):
+    with pytest.raises(ValueError, match=r"unknown method 'tayler'; available methods: taylor, speca, coupling"):
         SpeculativePipeline.from_pipe(tiny_dit_pipe, method="tayler")
 
 
@@ -26,9 +29,9 @@ def test_method_of_wrong_family_is_rejected(tiny_dit_pipe):
         SpeculativePipeline.from_pipe(tiny_dit_pipe, method="sjd")
 
 
-def test_planned_method_says_not_implemented(tiny_dit_pipe):
+def test_planned_method_says_not_implemented():
     with pytest.raises(ValueError, match="planned but not implemented"):
-        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="coupling")
+        diffspec.api.resolve_config("lantern", {})
 
 
 def test_unsupported_target_lists_supported():
