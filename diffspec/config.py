@@ -250,6 +250,16 @@ FALLBACK_TAU: dict[str, float] = {"tau0": 0.1, "beta": 0.3, "tau_min": 0.02}
 """Thresholds used by ``speca`` when neither the call nor a calibration file sets them."""
 
 
+def check_lookahead(lookahead: Any, max_lookahead: Any, adaptive: Any) -> None:
+    """The lookahead fields of the exact samplers' configs (``ValueError`` naming the field)."""
+    check_int("lookahead", lookahead, 1, 256)
+    check_int("max_lookahead", max_lookahead, 1, 256)
+    if max_lookahead < lookahead:
+        raise ValueError(f"max_lookahead={max_lookahead} is out of range: allowed [lookahead={lookahead}, 256]")
+    if not isinstance(adaptive, bool):
+        raise ValueError(f"adaptive={adaptive!r} must be True or False")
+
+
 @dataclass(frozen=True)
 class CouplingConfig(MethodConfig):
     """Exact speculative sampling with reflection maximal coupling (method ``coupling``).
@@ -287,12 +297,7 @@ class CouplingConfig(MethodConfig):
     eta: float = 1.0
 
     def __post_init__(self) -> None:
-        check_int("lookahead", self.lookahead, 1, 256)
-        check_int("max_lookahead", self.max_lookahead, 1, 256)
-        if self.max_lookahead < self.lookahead:
-            raise ValueError(f"max_lookahead={self.max_lookahead} is out of range: allowed [lookahead={self.lookahead}, 256]")
-        if not isinstance(self.adaptive, bool):
-            raise ValueError(f"adaptive={self.adaptive!r} must be True or False")
+        check_lookahead(self.lookahead, self.max_lookahead, self.adaptive)
         check_choice("draft", self.draft, DRAFTS)
         check_float("eta", self.eta, 0.0, 1.0, lo_open=True)
 
@@ -328,9 +333,4 @@ class AutospecConfig(MethodConfig):
     max_lookahead: int = 16
 
     def __post_init__(self) -> None:
-        check_int("lookahead", self.lookahead, 1, 256)
-        check_int("max_lookahead", self.max_lookahead, 1, 256)
-        if self.max_lookahead < self.lookahead:
-            raise ValueError(f"max_lookahead={self.max_lookahead} is out of range: allowed [lookahead={self.lookahead}, 256]")
-        if not isinstance(self.adaptive, bool):
-            raise ValueError(f"adaptive={self.adaptive!r} must be True or False")
+        check_lookahead(self.lookahead, self.max_lookahead, self.adaptive)
