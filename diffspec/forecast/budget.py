@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 
 def cache_candidates(granularity: str, order: int, module_ok: bool) -> list[tuple[str, int]]:
@@ -44,3 +45,25 @@ def choose_cache(granularity: str, order: int, max_cache_gb: float | None, level
     warnings.warn(f"max_cache_gb={max_cache_gb}: even granularity={g!r}, order={o} needs "
                   f"{(o + 1) * level_bytes.get(g, 0) / 1e9:.2f} GB; using it anyway", stacklevel=3)
     return g, o
+
+
+def settle_cache(forecasters: list[dict[str, Any]], config: Any, module_ok: bool) -> tuple[str, int, dict[str, int]]:
+    """Choose from the first step's anchors and apply the choice to every forecaster dict, in place.
+
+    ``forecasters``: per block-list state, ``{key: TaylorForecaster}`` where module anchors' keys start
+    with ``"m"``. The other granularity's forecasters are dropped and the kept ones set to the order.
+
+    Returns:
+        ``(granularity, order, bytes of one anchor level per granularity)``.
+    """
+    level = {"module": 0, "block": 0}
+    for table in forecasters:
+        for key, f in table.items():
+            level["module" if key.startswith("m") else "block"] += f.nbytes
+    granularity, order = choose_cache(config.granularity, config.order, config.max_cache_gb, level, module_ok)
+    for table in forecasters:
+        for key in [k for k in table if k.startswith("m") != (granularity == "module")]:
+            del table[key]
+        for f in table.values():
+            f.set_order(order)
+    return granularity, order, level

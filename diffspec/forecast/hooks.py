@@ -26,10 +26,10 @@ from torch import nn
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
-from .budget import choose_cache
+from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, verify_error
-from .modules import DRAFT_FORWARDS, check_module_support, supports_modules, wrap_submodules
+from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
 from .steps import StepTracker
 from .taylor import TaylorForecaster
@@ -57,7 +57,7 @@ class _BranchState:
     force_full: list[bool]  # per row: the lazy policy rejected the previous draft
 
 
-class ForecastHooks:
+class ForecastHooks(ModuleForecasts):
     """Block-level forecasting (``taylor``) and verified forecasting (``speca``) on one transformer.
 
     Each call is planned per batch row (:class:`Schedule`). If every row is full, the call runs
@@ -405,33 +405,11 @@ class ForecastHooks:
             f = state.forecasters[key] = TaylorForecaster(self._order, self.config.form)
         return f
 
-    # ----------------------------------------------------------------- module granularity
-    def module_forecaster(self, list_index: int, key: str) -> TaylorForecaster | None:
-        return self._branch.lists[list_index].forecasters.get(key)  # type: ignore[union-attr]
-
-    def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None:
-        self._forecaster(self._branch.lists[list_index], key).update(self._x, value, self._record_rows)  # type: ignore[union-attr]
-
-    def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor:
-        state = self._branch.lists[list_index]  # type: ignore[union-attr]
-        draft = state.drafts.pop(key, None)  # computed in the pre-hook (outside any compiled region)
-        if draft is None:
-            draft = state.forecasters[key].forecast(self._x)
-        return draft.to(like.dtype)
-
+    # ----------------------------------------------------------------- cache budget
     def _choose_cache(self) -> None:
         """Pick granularity and order from the anchors of the first step (every branch), drop the rest."""
         states = [ls for b in self._branches.values() for ls in b.lists]
-        level = {"module": 0, "block": 0}
-        for ls in states:
-            for key, f in ls.forecasters.items():
-                level["module" if key.startswith("m") else "block"] += f.nbytes
-        granularity, order = choose_cache(self.config.granularity, self.config.order, self.config.max_cache_gb,
-                                          level, self.module_ok)
-        for ls in states:
-            ls.forecasters = {k: f for k, f in ls.forecasters.items() if k.startswith("m") == (granularity == "module")}
-            for f in ls.forecasters.values():
-                f.set_order(order)
+        granularity, order, level = settle_cache([ls.forecasters for ls in states], self.config, self.module_ok)
         self.granularity, self._order = granularity, order
         self.stats.extra.update(granularity=granularity, order=order,
                                 cache_level_gb={k: round(v / 1e9, 6) for k, v in level.items()})

@@ -44,6 +44,31 @@ class ModuleHost(Protocol):
     def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor: ...
 
 
+class ModuleForecasts:
+    """The :class:`ModuleHost` side of ``ForecastHooks``: submodule anchors live in the current branch's
+    block-list state, keyed ``"m{block}.{name}.{part}"``; forecasts come from the pre-hook when ready."""
+
+    _branch: Any
+    _x: float
+    _record_rows: list[int] | None
+
+    def _forecaster(self, state: Any, key: str) -> Any:
+        raise NotImplementedError
+
+    def module_forecaster(self, list_index: int, key: str) -> Any:
+        return self._branch.lists[list_index].forecasters.get(key)
+
+    def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None:
+        self._forecaster(self._branch.lists[list_index], key).update(self._x, value, self._record_rows)
+
+    def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor:
+        state = self._branch.lists[list_index]
+        draft = state.drafts.pop(key, None)  # computed in the pre-hook (outside any compiled region)
+        if draft is None:
+            draft = state.forecasters[key].forecast(self._x)
+        return draft.to(like.dtype)
+
+
 def supports_modules(block: nn.Module) -> bool:
     """Whether ``block``'s class has a module table (:data:`MODULE_SPECS`)."""
     return type(block).__name__ in MODULE_SPECS
