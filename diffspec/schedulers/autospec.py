@@ -26,7 +26,7 @@ from ..config import AutospecConfig
 from ..speculation.coupling import first_rejections, reflection_coupling
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
-from .speculative import Denoise, SpeculativeSampler
+from .speculative import Denoise, Generators, SpeculativeSampler, draw
 
 
 class AutospecSampler(SpeculativeSampler):
@@ -45,7 +45,7 @@ class AutospecSampler(SpeculativeSampler):
     def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
         return self.kernel.draft_mean(y, steps, frozen)
 
-    def sample(self, x: torch.Tensor, generator: torch.Generator | None = None,
+    def sample(self, x: torch.Tensor, generator: Generators = None,
                on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
         kernel, batch, dtype = self.kernel, x.shape[0], x.dtype
         n_stoch = kernel.stochastic_steps()
@@ -53,14 +53,14 @@ class AutospecSampler(SpeculativeSampler):
         n = torch.zeros(batch, dtype=torch.long)  # committed step per trajectory (host)
         frozen = torch.zeros_like(x, dtype=torch.float32)
         fresh = torch.zeros(batch, dtype=torch.bool)  # frozen holds x0 at the current root (host)
-        lookahead = self.config.lookahead
+        lookahead = torch.full((batch,), self.config.lookahead, dtype=torch.long)  # per trajectory (host)
         while bool((n < n_stoch).any()):
             stale = ((n < n_stoch) & ~fresh).nonzero().flatten()
             if stale.numel():  # roots not evaluated yet (start, or a corrected state): one batched call
                 rows = stale.to(x.device)
                 frozen[rows] = self._target(x[rows], n[stale].to(x.device), rows).x0.float()
                 fresh[stale] = True
-            lookahead = self._asd_round(x, n, frozen, fresh, n_stoch, lookahead, generator)
+            self._asd_round(x, n, frozen, fresh, n_stoch, lookahead, generator)
             if on_progress is not None:
                 on_progress(int(n.min()))
         x = self._plain_tail(x, n_stoch, kernel.num_steps, traj_all).to(dtype)
@@ -68,13 +68,13 @@ class AutospecSampler(SpeculativeSampler):
         return x
 
     def _asd_round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, fresh: torch.Tensor, n_stoch: int,
-                   lookahead: int, generator: torch.Generator | None) -> int:
+                   lookahead: torch.Tensor, generator: Generators) -> None:
         dev = x.device
         active = (n < n_stoch).nonzero().flatten()
-        lengths = (n_stoch - n[active]).clamp(max=lookahead)
+        lengths = torch.minimum(n_stoch - n[active], lookahead[active])
         depth = int(lengths.max())
         active_d, na = active.to(dev), n[active].to(dev)
-        states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator)
+        states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator, active, lengths)
         # rows Y_j (j = 1 .. length) at step n + j: they verify step j + 1 and give the next root's x0
         cols = torch.arange(depth).view(1, -1)
         evaluated = (cols < lengths.view(-1, 1)) & (n[active].view(-1, 1) + cols + 1 < self.kernel.num_steps)
@@ -91,7 +91,7 @@ class AutospecSampler(SpeculativeSampler):
         ca_d, cj_d = ca.to(dev), (cj + 1).to(dev)
         pick = lambda seq: torch.stack(seq, 1)[ca_d, cj_d]  # noqa: E731
         steps = na[ca_d] + cj_d
-        uniform = torch.rand(len(ca), generator=generator, device=dev, dtype=torch.float64)
+        uniform = draw("uniform", (), generator, active[ca], dev, torch.float64)
         coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean[src],
                                       self.kernel.std.to(dev)[steps], uniform)
         valid = cols < lengths.view(-1, 1)
@@ -110,4 +110,4 @@ class AutospecSampler(SpeculativeSampler):
         fresh[active] = reuse
         n[active] += committed
         self._count(accepted, valid, committed, first=1)
-        return self._next_lookahead(committed, lengths, lookahead)
+        lookahead[active] = self._next_lookahead(committed, lengths, lookahead[active])

@@ -27,6 +27,25 @@ from ..speculation.coupling import first_rejections, reflection_coupling
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
 
+Generators = torch.Generator | list[torch.Generator] | None
+"""One generator for the batch, or one per trajectory (diffusers' convention: then each trajectory's
+noise comes from its own generator, so a sample does not depend on the batch it ran in)."""
+
+
+def draw(kind: str, tail: tuple[int, ...], generator: Generators, traj: torch.Tensor, device: torch.device,
+         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``randn`` (``kind="normal"``) or ``rand`` (``"uniform"``) of shape ``(len(traj), *tail)``.
+
+    With a list of generators, row ``i`` is drawn from ``generator[traj[i]]`` (on that generator's
+    device), as ``diffusers.utils.torch_utils.randn_tensor`` does for a list.
+    """
+    fn = torch.randn if kind == "normal" else torch.rand
+    if not isinstance(generator, list):
+        return fn((len(traj), *tail), generator=generator, device=device, dtype=dtype)
+    rows = [fn((1, *tail), generator=generator[t], device=generator[t].device, dtype=dtype) for t in traj.tolist()]
+    return torch.cat(rows).to(device)
+
+
 Denoise = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``denoise(model_input, steps, trajectories) -> model_output``: the guided network output for rows
 at step indices ``steps`` belonging to trajectories ``trajectories`` (for their conditioning)."""
@@ -98,10 +117,10 @@ class SpeculativeSampler:
             return target.output
         return target.mean - x.float()
 
-    def _noise(self, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        return torch.randn(like.shape, generator=generator, device=like.device, dtype=torch.float32)
+    def _noise(self, like: torch.Tensor, generator: Generators, traj: torch.Tensor) -> torch.Tensor:
+        return draw("normal", tuple(like.shape[1:]), generator, traj, like.device)
 
-    def sample(self, x: torch.Tensor, generator: torch.Generator | None = None,
+    def sample(self, x: torch.Tensor, generator: Generators = None,
                on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
         """Sample from initial noise ``x`` (``(B, ...)``, already scaled by the scheduler's init sigma).
 
@@ -115,11 +134,11 @@ class SpeculativeSampler:
             steps = torch.zeros(batch, dtype=torch.long, device=device)
             target = self._target(x, steps, traj_all)
             frozen = self._frozen(target, x)
-            x = (target.mean + self._std(steps, x) * self._noise(x, generator)).to(dtype)
+            x = (target.mean + self._std(steps, x) * self._noise(x, generator, torch.arange(batch))).to(dtype)
             n = torch.ones(batch, dtype=torch.long)  # committed step per trajectory, kept on the host
-            lookahead = self.config.lookahead
+            lookahead = torch.full((batch,), self.config.lookahead, dtype=torch.long)  # per trajectory (host)
             while bool((n < n_stoch).any()):
-                lookahead = self._round(x, n, frozen, n_stoch, lookahead, generator)
+                self._round(x, n, frozen, n_stoch, lookahead, generator)
                 if on_progress is not None:
                     on_progress(int(n.min()))
         x = self._plain_tail(x, n_stoch, n_total, traj_all).to(dtype)
@@ -135,26 +154,26 @@ class SpeculativeSampler:
     def _std(self, steps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         return self.kernel.std.to(like.device)[steps].view(-1, *[1] * (like.dim() - 1))
 
-    def _round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, n_stoch: int, lookahead: int,
-               generator: torch.Generator | None) -> int:
-        """One draft/verify round; updates ``x``, ``n`` (host) and ``frozen`` in place; returns the next lookahead.
+    def _round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, n_stoch: int, lookahead: torch.Tensor,
+               generator: Generators) -> int:
+        """One draft/verify round; updates ``x``, ``n``, ``lookahead`` (host) and ``frozen`` in place.
 
         The bookkeeping (which trajectories, how many drafts, which rows) stays on the host, so the
         round's one device-to-host read is the acceptance pattern.
         """
         dev = x.device
         active = (n < n_stoch).nonzero().flatten()
-        lengths = (n_stoch - n[active]).clamp(max=lookahead)
+        lengths = torch.minimum(n_stoch - n[active], lookahead[active])
         depth = int(lengths.max())
         valid = torch.arange(depth).view(1, -1) < lengths.view(-1, 1)  # (A, depth), host
         rows_a, rows_j = valid.nonzero(as_tuple=True)
         active_d, rows_a_d, rows_j_d = active.to(dev), rows_a.to(dev), rows_j.to(dev)
         xa, fa, na = x[active_d], frozen[active_d], n[active].to(dev)
-        states, noises, means = self._draft(xa, na, fa, depth, generator)
+        states, noises, means = self._draft(xa, na, fa, depth, generator, active, lengths)
         pick = lambda seq: torch.stack(seq, 1)[rows_a_d, rows_j_d]  # noqa: E731
         y_prev, steps = pick(states[:-1]), na[rows_a_d] + rows_j_d
         target = self._target(y_prev, steps, active_d[rows_a_d])
-        uniform = torch.rand(rows_a.shape[0], generator=generator, device=dev, dtype=torch.float64)
+        uniform = draw("uniform", (), generator, active[rows_a], dev, torch.float64)
         coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean,
                                       self.kernel.std.to(dev)[steps], uniform)
         accepted = torch.zeros_like(valid)
@@ -166,31 +185,33 @@ class SpeculativeSampler:
         frozen[active_d] = self._frozen(new, y_prev[last]).to(frozen.dtype)
         n[active] += committed
         self._count(accepted, valid, committed)
-        return self._next_lookahead(committed, lengths, lookahead)
+        lookahead[active] = self._next_lookahead(committed, lengths, lookahead[active])
 
-    def _draft(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, depth: int,
-               generator: torch.Generator | None) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    def _draft(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, depth: int, generator: Generators,
+               traj: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """``depth`` drafted steps from states ``x`` at steps ``n``: the states ``[x, Y_1, ...]``, the noises
-        and the draft means (tensor ops over the batch, one iteration per depth)."""
+        and the draft means (tensor ops over the batch, one iteration per depth). Trajectory ``i`` draws
+        noise for its own ``lengths[i]`` steps only (host tensors ``traj``, ``lengths``)."""
         states, noises, means = [x], [], []
         for j in range(depth):
             steps = (n + j).clamp(max=self.kernel.num_steps - 1)
             a = self._draft_mean(states[-1], steps, frozen)
-            z = self._noise(x, generator)
+            live = (lengths > j).nonzero().flatten()
+            z = torch.zeros(x.shape, device=x.device, dtype=torch.float32)
+            z[live.to(x.device)] = self._noise(x[: len(live)], generator, traj[live])
             states.append((a + self._std(steps, x) * z).to(x.dtype))
             noises.append(z)
             means.append(a)
         return states, noises, means
 
-    def _next_lookahead(self, committed: torch.Tensor, lengths: torch.Tensor, lookahead: int) -> int:
-        cfg = self.config
-        if not cfg.adaptive:
+    def _next_lookahead(self, committed: torch.Tensor, lengths: torch.Tensor, lookahead: torch.Tensor) -> torch.Tensor:
+        """Per trajectory, from its own last round only: double after accepting every draft, halve after
+        committing less than half of its lookahead (so a trajectory's draws never depend on its batch)."""
+        if not self.config.adaptive:
             return lookahead
-        if bool((committed == lengths).all()):
-            return min(2 * lookahead, cfg.max_lookahead)
-        if float(committed.float().mean()) < lookahead / 2:
-            return max(lookahead // 2, 1)
-        return lookahead
+        grown = torch.clamp(2 * lookahead, max=self.config.max_lookahead)
+        shrunk = torch.clamp(lookahead // 2, min=1)
+        return torch.where(committed == lengths, grown, torch.where(2 * committed < lookahead, shrunk, lookahead))
 
     def _count(self, accepted: torch.Tensor, valid: torch.Tensor, committed: torch.Tensor, first: int = 0) -> None:
         kept = valid & (torch.arange(valid.shape[1]).view(1, -1) < committed.view(-1, 1))
@@ -208,7 +229,7 @@ class SpeculativeSampler:
 
 
 def plain_sample(kernel: GaussianTransition, denoise: Denoise, x: torch.Tensor,
-                 generator: torch.Generator | None = None, stats: SpecStats | None = None) -> torch.Tensor:
+                 generator: Generators = None, stats: SpecStats | None = None) -> torch.Tensor:
     """The plain sampler the speculative one is exact against: ``x' = mean + std * z`` at every step.
 
     Example:
@@ -219,7 +240,7 @@ def plain_sample(kernel: GaussianTransition, denoise: Denoise, x: torch.Tensor,
         steps = torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
         out = denoise(kernel.model_input(x, steps), steps, traj)
         mean = kernel.mean(x, steps, out)
-        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+        noise = draw("normal", tuple(x.shape[1:]), generator, torch.arange(x.shape[0]), x.device)
         x = (mean + kernel.std.to(x.device)[steps].view(-1, *[1] * (x.dim() - 1)) * noise).to(x.dtype)
         if stats is not None:
             stats.target_calls += 1

@@ -39,7 +39,7 @@ def one_thread():
 def random_dit_pipe():
     torch.manual_seed(0)
     transformer = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=8,
-                                        num_layers=1, sample_size=4, patch_size=2, num_embeds_ada_norm=1000)
+                                        num_layers=1, sample_size=4, patch_size=2, num_embeds_ada_norm=1000).eval()
     vae = AutoencoderKL(block_out_channels=(4,), layers_per_block=1, latent_channels=4, norm_num_groups=1)
     pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=DDPMScheduler())
     pipe.set_progress_bar_config(disable=True)
@@ -146,3 +146,19 @@ def test_disable_runs_the_pipeline_itself(random_dit_pipe):
     direct = random_dit_pipe(class_labels=[1, 2], num_inference_steps=5, output_type="pt",
                              generator=torch.Generator().manual_seed(0)).images
     assert torch.equal(wrapped, direct)
+
+
+def test_one_generator_per_item_makes_a_sample_independent_of_its_batch(random_dit_pipe):
+    """diffusers' list-of-generators convention: each trajectory draws from its own generator."""
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling", lookahead=3)
+
+    def run(seeds, labels):
+        return spec(class_labels=labels, num_inference_steps=12, output_type="latent",
+                    generator=[torch.Generator().manual_seed(s) for s in seeds]).images
+
+    together = run([5, 6, 7], [1, 2, 3])
+    alone = run([6], [2])
+    assert torch.allclose(together[1:2], alone, atol=1e-5)
+    plain = spec.plain(class_labels=[1, 2], num_inference_steps=6, output_type="latent",
+                       generator=[torch.Generator().manual_seed(s) for s in (5, 6)]).images
+    assert plain.shape[0] == 2 and torch.isfinite(plain).all()
