@@ -19,6 +19,8 @@ Differences from the diffusers adapter, all ComfyUI-driven:
 - steps come from ComfyUI's own schedule: the call's sigma located in
   ``transformer_options["sample_sigmas"]``; CFG branches are the ``uuids`` of the batched conds;
   a generation is one ``OUTER_SAMPLE`` run (:meth:`ComfyForecast.begin_run` / ``end_run``);
+- ComfyUI's blocks update their inputs in place (Flux: ``img += ...``), so the stream inputs a
+  residual or the verifier needs are copied before the block runs;
 - the verifier block and the recompute run on the whole batch (ComfyUI block arguments cannot be
   sliced per row generically) and only the rows that need them are committed, so a row's output still
   never depends on its batch neighbours; the counters report the work actually done.
@@ -314,9 +316,9 @@ class ComfyForecast:
         first, last, split = patch.first, patch.last, patch.split
         if call.mode == "full":
             if first:
-                state.inputs = dict(args)
+                state.inputs = _snapshot(args, state.out_keys)
             if last and split:
-                state.tail_inputs = dict(args)
+                state.tail_inputs = _snapshot(args, state.out_keys)
             out = patch.run(args, extra)
             if first and not state.out_keys:
                 state.out_keys = tuple(out)
@@ -344,7 +346,7 @@ class ComfyForecast:
         if not call.run_verifier:
             call.errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
             return hats
-        true = patch.run({**args, **streams}, extra)  # whole batch; only the checked rows are used
+        true = patch.run({**args, **_snapshot(streams, ())}, extra)  # whole batch; only checked rows are used
         rows = [r for r, c in enumerate(call.check_rows) if c]
         index = torch.tensor(rows, device=h_hat.device)
         errors = verify_error(h_hat.index_select(0, index), true[primary].index_select(0, index),
@@ -384,3 +386,11 @@ class ComfyForecast:
             return x
         return (x.float() + f.forecast(call.x)).to(x.dtype)
 
+
+def _snapshot(args: dict, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Copies of the stream tensors among ``args`` (``keys``; every tensor while unknown).
+
+    ComfyUI's blocks update their inputs in place (Flux: ``img += ...``), so a reference taken
+    before a block runs would read its output afterwards.
+    """
+    return {k: v.clone() for k, v in args.items() if isinstance(v, torch.Tensor) and (not keys or k in keys)}

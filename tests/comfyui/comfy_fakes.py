@@ -3,8 +3,8 @@
 - :class:`FakeModelPatcher`: ``clone()`` deep-copies ``model_options`` and copies the wrapper lists,
   ``set_model_patch_replace`` and ``add_wrapper_with_key`` behave as ComfyUI's and are recorded.
 - :class:`ToyFlux`: a Flux-like diffusion model (double blocks take/return img and txt, single blocks
-  the concatenated stream) whose forward looks up ``transformer_options["patches_replace"]["dit"]``
-  the way ComfyUI's Flux does; :class:`DiffusersToy` runs the same blocks as a diffusers-style
+  the concatenated stream, updating their inputs in place like ComfyUI's Flux blocks) whose forward
+  looks up ``transformer_options["patches_replace"]["dit"]`` the way ComfyUI's Flux does; :class:`DiffusersToy` runs the same blocks as a diffusers-style
   transformer (``hidden_states`` / ``encoder_hidden_states`` / ``timestep``) for parity tests.
 - :func:`sample`: a CFG Euler sampler shaped like ``CFGGuider``: ``OUTER_SAMPLE`` wrappers around the
   run, ``sample_sigmas`` / ``sigmas`` / ``uuids`` / ``cond_or_uncond`` in ``transformer_options``,
@@ -96,7 +96,11 @@ def _embed_time(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class ToyDouble(nn.Module):
-    """Two streams, modulated by ``vec``, mixed through a joint token average."""
+    """Two streams, modulated by ``vec``, mixed through a joint token average.
+
+    ``inplace=True`` adds the updates into the input tensors, as ComfyUI's Flux blocks do
+    (``img += ...``); diffusers' blocks return new tensors (``inplace=False``). Same values.
+    """
 
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -105,14 +109,22 @@ class ToyDouble(nn.Module):
         self.img_mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
         self.txt_mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
 
-    def forward(self, img: torch.Tensor, txt: torch.Tensor, vec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, img: torch.Tensor, txt: torch.Tensor, vec: torch.Tensor,
+                inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         shift, scale = self.mod(vec)[:, None].chunk(2, -1)
         mixed = self.mix(torch.cat([txt, img], 1)).mean(1, keepdim=True)
-        return img + self.img_mlp(img * (1 + scale) + shift) + mixed, txt + self.txt_mlp(txt) + mixed
+        if inplace:
+            img += mixed
+            txt += mixed
+            img += self.img_mlp(img * (1 + scale) + shift)
+            txt += self.txt_mlp(txt)
+            return img, txt
+        img, txt = img + mixed, txt + mixed
+        return img + self.img_mlp(img * (1 + scale) + shift), txt + self.txt_mlp(txt)
 
 
 class ToySingle(nn.Module):
-    """One (concatenated) stream."""
+    """One (concatenated) stream; ``inplace`` as in :class:`ToyDouble`."""
 
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -120,8 +132,12 @@ class ToySingle(nn.Module):
         self.mix = nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
 
-    def forward(self, x: torch.Tensor, vec: torch.Tensor) -> torch.Tensor:
-        return x + self.mlp(x * (1 + self.mod(vec)[:, None])) + self.mix(x).mean(1, keepdim=True)
+    def forward(self, x: torch.Tensor, vec: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        update = self.mlp(x * (1 + self.mod(vec)[:, None])) + self.mix(x).mean(1, keepdim=True)
+        if inplace:
+            x += update
+            return x
+        return x + update
 
 
 class ToyFlux(nn.Module):
@@ -153,7 +169,7 @@ class ToyFlux(nn.Module):
             if ("double_block", i) in replace:
                 def block_wrap(args, block=block):
                     out = {}
-                    out["img"], out["txt"] = block(img=args["img"], txt=args["txt"], vec=args["vec"])
+                    out["img"], out["txt"] = block(img=args["img"], txt=args["txt"], vec=args["vec"], inplace=True)
                     return out
 
                 out = replace[("double_block", i)]({"img": img, "txt": txt, "vec": vec,
@@ -161,17 +177,17 @@ class ToyFlux(nn.Module):
                                                    {"original_block": block_wrap})
                 txt, img = out["txt"], out["img"]
             else:
-                img, txt = block(img=img, txt=txt, vec=vec)
+                img, txt = block(img=img, txt=txt, vec=vec, inplace=True)
         joint = torch.cat((txt, img), 1)
         for i, block in enumerate(self.single_blocks):
             if ("single_block", i) in replace:
                 def single_wrap(args, block=block):
-                    return {"img": block(args["img"], vec=args["vec"])}
+                    return {"img": block(args["img"], vec=args["vec"], inplace=True)}
 
                 joint = replace[("single_block", i)]({"img": joint, "vec": vec, "transformer_options": transformer_options},
                                                      {"original_block": single_wrap})["img"]
             else:
-                joint = block(joint, vec=vec)
+                joint = block(joint, vec=vec, inplace=True)
         return self.unembed(joint[:, txt.shape[1]:], x.shape)
 
 
