@@ -20,7 +20,7 @@ STEPS = 16
 
 
 def _run(name, config, batch=2, steps=STEPS, model=None):
-    model = model or build_transformer(name)
+    model = model if model is not None else build_transformer(name)
     x, call = make_call(name, batch=batch)
     stats = SpecStats()
     hooks = ForecastHooks(model, config, stats, num_steps_fn=lambda: steps) if config is not None else None
@@ -161,3 +161,14 @@ def test_config_validation(field, value, match):
         ForecastConfig(**{field: value})
     with pytest.raises(ValueError, match=match):
         SpecaConfig(**{field: value})
+
+
+def test_module_granularity_under_whole_model_compile_matches_eager():
+    import torch._dynamo
+
+    eager, _ = _run("tiny-dit-random", ForecastConfig(granularity="module"))
+    compiled = torch.compile(build_transformer("tiny-dit-random"), backend="eager")
+    torch._dynamo.utils.counters.clear()
+    out, stats = _run("tiny-dit-random", ForecastConfig(granularity="module"), model=compiled)
+    assert torch.equal(out, eager) and stats.forecast_steps > 0
+    assert not torch._dynamo.utils.counters["graph_break"]
