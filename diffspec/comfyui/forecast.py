@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..config import ForecastConfig, SpecaConfig
-from ..forecast.gate import Schedule, verify_error
+from ..forecast.gate import Schedule, decide_rows, verify_error
 from ..forecast.rows import merge_rows
 from ..forecast.taylor import TaylorForecaster
 from ..stats import SpecStats
@@ -255,25 +255,9 @@ class ComfyForecast:
         """The verifier's per-row errors to recompute / lazy decisions (one host read)."""
         if not self.verify or call.errors is None:
             return
-        errors = call.errors.tolist()
         tau = self.config.tau(call.progress)  # type: ignore[union-attr]
-        strict = self.config.policy == "strict"  # type: ignore[union-attr]
-        checked = [e for e, c in zip(errors, call.check_rows) if c]
-        rejected_rows = 0
-        for r, e in enumerate(errors):
-            if recompute[r]:
-                continue
-            rejected = call.check_rows[r] and e >= tau
-            rejected_rows += rejected
-            if not math.isfinite(e) or (rejected and strict):
-                recompute[r] = True
-            elif rejected:
-                call.branch.force_full[r] = True
-        extra = self.stats.extra
-        extra["checks"] = extra.get("checks", 0) + len(checked)
-        extra["rejections"] = extra.get("rejections", 0) + rejected_rows
-        if checked:
-            extra.setdefault("checked_errors", []).append([round(call.step, 3), round(max(checked), 6), round(tau, 6)])
+        decide_rows(call.errors, call.check_rows, recompute, call.branch.force_full, tau,
+                    self.config.policy == "strict", self.stats.extra, round(call.step, 3))  # type: ignore[union-attr]
 
     def _finish(self, call: _Call, recompute: list[bool], drafted: bool) -> None:
         branch = call.branch

@@ -77,3 +77,27 @@ def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1"
     return torch.where(torch.isfinite(e), e, torch.full_like(e, math.inf))
 
 
+def decide_rows(errors: torch.Tensor, check_rows: list[bool], recompute: list[bool], force_full: list[bool],
+                tau: float, strict: bool, stats_extra: dict, step: float) -> list[float]:
+    """Apply the verifier's per-row errors (one host read): mark rows to recompute now (non-finite,
+    or rejected under ``strict``) in ``recompute``, rows whose next step must be full (rejected,
+    ``lazy``) in ``force_full``, and count checks / rejections in ``stats_extra``. Returns the
+    checked rows' errors.
+    """
+    values = errors.tolist()
+    checked = [e for e, c in zip(values, check_rows) if c]
+    rejected_rows = 0
+    for r, e in enumerate(values):
+        if recompute[r]:
+            continue
+        rejected = check_rows[r] and e >= tau
+        rejected_rows += rejected
+        if not math.isfinite(e) or (rejected and strict):
+            recompute[r] = True
+        elif rejected:
+            force_full[r] = True
+    stats_extra["checks"] = stats_extra.get("checks", 0) + len(checked)
+    stats_extra["rejections"] = stats_extra.get("rejections", 0) + rejected_rows
+    if checked:
+        stats_extra.setdefault("checked_errors", []).append([step, round(max(checked), 6), round(tau, 6)])
+    return checked

@@ -15,7 +15,6 @@ generation. A change of the token count resets that branch instead of failing.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
-from .gate import Schedule, verify_error
+from .gate import Schedule, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
 from .steps import StepTracker
@@ -251,28 +250,13 @@ class ForecastHooks(ModuleForecasts):
         """Turn the verifier's per-row errors into recompute / lazy decisions (one host read)."""
         if not self.verify or self._errors is None:
             return
-        errors = self._errors.tolist()
         tau = self.config.tau(self._progress)  # type: ignore[union-attr]
-        strict = self.config.policy == "strict"  # type: ignore[union-attr]
-        checked = [e for e, c in zip(errors, self._check_rows) if c]
-        rejected_rows = 0
-        for r, e in enumerate(errors):
-            if recompute[r]:
-                continue
-            rejected = self._check_rows[r] and e >= tau
-            rejected_rows += rejected
-            if not math.isfinite(e) or (rejected and strict):
-                recompute[r] = True
-            elif rejected:
-                branch.force_full[r] = True
         extra = self.stats.extra
-        extra["checks"] = extra.get("checks", 0) + len(checked)
-        extra["rejections"] = extra.get("rejections", 0) + rejected_rows
-        if checked:
-            extra.setdefault("checked_errors", []).append([self.tracker.step, round(max(checked), 6), round(tau, 6)])
+        checked = decide_rows(self._errors, self._check_rows, recompute, branch.force_full, tau,
+                              self.config.policy == "strict", extra, self.tracker.step)  # type: ignore[union-attr]
         if self._run_verifier:
             extra["verifier_blocks"] = extra.get("verifier_blocks", 0) + 1
-            extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(checked) / len(errors) / self._num_blocks
+            extra["verifier_evals"] = extra.get("verifier_evals", 0.0) + len(checked) / len(recompute) / self._num_blocks
 
     def _count(self, recompute: list[bool], drafted: bool) -> None:
         stats = self.stats
