@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..config import ForecastConfig, SpecaConfig
-from ..forecast.gate import Schedule, decide_rows, verify_error
+from ..forecast.gate import Schedule, anchor_pairs, decide_rows, verify_error
 from ..forecast.rows import merge_rows
 from ..forecast.taylor import TaylorForecaster
 from ..stats import SpecStats
@@ -346,12 +346,7 @@ class ComfyForecast:
         return out
 
     def _record(self, call: _Call, state: _ListState, out: dict, *, split: bool, single: bool) -> None:
-        if split:  # verified list: body = list input -> last block input; tail = the last block
-            pairs = [("tail", state.tail_inputs, out)]
-            if not single:
-                pairs.append(("body", state.inputs, state.tail_inputs))
-        else:
-            pairs = [("list", state.inputs, out)]
+        pairs = anchor_pairs(split, single, state.inputs, state.tail_inputs, out)
         for head, ins, outs in pairs:
             for k in state.out_keys:
                 x_in, y = ins.get(k), outs.get(k)

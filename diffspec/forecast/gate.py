@@ -101,3 +101,18 @@ def decide_rows(errors: torch.Tensor, check_rows: list[bool], recompute: list[bo
     if checked:
         stats_extra.setdefault("checked_errors", []).append([step, round(max(checked), 6), round(tau, 6)])
     return checked
+
+
+def anchor_pairs(split: bool, single: bool, inputs: dict, tail_inputs: dict, outputs: dict) -> list[tuple[str, dict, dict]]:
+    """``(head, inputs, outputs)`` whose residuals a full step records for one block list.
+
+    An unverified list records its whole residual (``"list"``); the verified list records the last
+    block alone (``"tail"``) and, unless it is the only block, the rest (``"body"``: list input to the
+    last block's input).
+    """
+    if not split:
+        return [("list", inputs, outputs)]
+    pairs = [("tail", tail_inputs, outputs)]
+    if not single:
+        pairs.append(("body", inputs, tail_inputs))
+    return pairs

@@ -27,7 +27,7 @@ from ..stats import SpecStats
 from .blocks import BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
-from .gate import Schedule, decide_rows, verify_error
+from .gate import Schedule, anchor_pairs, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
 from .steps import StepTracker
@@ -364,12 +364,7 @@ class ForecastHooks(ModuleForecasts):
     def _record(self, state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None, *, split: bool,
                 single: bool) -> None:
         outs = {"hidden": hidden, "encoder": encoder}
-        if split:  # verified list: body = list input -> last block input; tail = the last block
-            pairs = [("tail", state.tail_inputs, outs)]
-            if not single:
-                pairs.append(("body", state.inputs, state.tail_inputs))
-        else:
-            pairs = [("list", state.inputs, outs)]
+        pairs = anchor_pairs(split, single, state.inputs, state.tail_inputs, outs)
         for head, ins, outs_ in pairs:
             for stream in ("hidden", "encoder"):
                 x_in, out = ins.get(stream), outs_.get(stream)
