@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -311,26 +310,15 @@ class LlamaGenTransformer(nn.Module):
 
     def save_pretrained(self, save_directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (official key names)."""
-        from safetensors.torch import save_file
+        from diffspec.ar_image.llamagen_load import save_folder
 
-        out = Path(save_directory)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2))
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(out / "model.safetensors"))
+        save_folder(self, self.config.to_dict(), save_directory)
 
     @classmethod
     def from_pretrained(
         cls, directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
     ) -> LlamaGenTransformer:
         """Load a :meth:`save_pretrained` folder (strict: every key must match); returns ``eval()`` mode."""
-        from safetensors.torch import load_file
+        from diffspec.ar_image.llamagen_load import load_folder
 
-        from diffspec.ar_image.llamagen_load import load_state_strict
-
-        path = Path(directory)
-        config = LlamaGenConfig.from_dict(json.loads((path / "config.json").read_text()))
-        with torch.device("meta"):
-            model = cls(config)
-        load_state_strict(model, load_file(str(path / "model.safetensors")), what=str(path))
-        return model.to(device=device, dtype=dtype).eval()
+        return load_folder(cls, LlamaGenConfig, directory, device=device, dtype=dtype)

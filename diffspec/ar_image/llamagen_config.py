@@ -183,11 +183,16 @@ class LlamaGenConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlamaGenConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = sorted(set(data) - known)
-        if extra:
-            raise ValueError(f"unknown LlamaGenConfig fields {extra}; known: {sorted(known)}")
-        return cls(**data)
+        return config_from_dict(cls, data)
+
+
+def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Build the config dataclass ``cls`` from a JSON dict, naming unknown fields in a ``ValueError``."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    extra = sorted(set(data) - known)
+    if extra:
+        raise ValueError(f"unknown {cls.__name__} fields {extra}; known: {sorted(known)}")
+    return cls(**data)
 
 
 def rope_table_2d(config: LlamaGenConfig) -> torch.Tensor:
