@@ -105,9 +105,6 @@ class Attention(nn.Module):
             k_cache.scatter_(2, index, k.to(k_cache.dtype))
             v_cache.scatter_(2, index, v.to(v_cache.dtype))
             k, v = k_cache, v_cache
-        if self.n_kv_head != self.n_head:
-            k = k.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
-            v = v.repeat_interleave(self.n_head // self.n_kv_head, dim=1)
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -115,6 +112,7 @@ class Attention(nn.Module):
             attn_mask=mask,
             is_causal=mask is None and cache is None,
             dropout_p=self.attn_dropout_p if self.training else 0.0,
+            enable_gqa=self.n_kv_head != self.n_head,
         )
         return self.resid_dropout(self.wo(out.transpose(1, 2).reshape(bsz, seq, -1)))
 

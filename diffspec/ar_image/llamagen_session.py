@@ -162,15 +162,22 @@ class LlamaGenTarget(ARImageTarget):
         model: :class:`LlamaGenTransformer` (``eval()`` mode).
         decoder: anything with ``decode_code(tokens, grid)`` and ``codebook`` (LlamaGen's VQ, the
             tiny k-means tokenizer); ``None`` makes :meth:`decode_tokens` raise.
+        default_guidance_scale: CFG scale plain/speculative generation uses when none is given.
 
     Example:
         >>> target = load_llamagen("c2i_B_256.pt", "vq_ds16_c2i.pt")  # doctest: +SKIP
         >>> session = target.start(class_labels=[207, 360], guidance_scale=4.0)  # doctest: +SKIP
     """
 
-    def __init__(self, model: LlamaGenTransformer, decoder: TokenDecoder | None = None) -> None:
+    def __init__(
+        self,
+        model: LlamaGenTransformer,
+        decoder: TokenDecoder | None = None,
+        default_guidance_scale: float = 1.0,
+    ) -> None:
         self.model = model
         self.decoder = decoder
+        self.default_guidance_scale = float(default_guidance_scale)
         self.codebook_size = model.config.vocab_size
         self.grid = model.config.grid
 

@@ -94,3 +94,17 @@ def test_preset_parameter_counts(name, millions):
     params = sum(p.numel() for p in model.parameters())
     assert abs(params / 1e6 - millions) / millions < 0.02, params
     assert set(LLAMAGEN_PRESETS) >= {"GPT-B", "GPT-L", "GPT-XL", "GPT-XXL", "GPT-3B"}
+
+
+def test_grouped_kv_heads_equal_duplicated_full_heads():
+    gqa = random_model(tiny_config(dim=64, n_head=4, n_kv_head=2), seed=6)
+    mha = LlamaGenTransformer(tiny_config(dim=64, n_head=4)).eval()
+    state = gqa.state_dict()
+    for i in range(2):
+        w = state[f"layers.{i}.attention.wqkv.weight"]
+        q, k, v = w.split([64, 32, 32])
+        dup = [t.reshape(2, 16, 64).repeat_interleave(2, dim=0).reshape(64, 64) for t in (k, v)]
+        state[f"layers.{i}.attention.wqkv.weight"] = torch.cat([q, *dup])
+    mha.load_state_dict(state)
+    idx = torch.randint(0, 24, (2, 16), generator=torch.Generator().manual_seed(7))
+    torch.testing.assert_close(gqa(idx, torch.tensor([0, 1])), mha(idx, torch.tensor([0, 1])))
