@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_llamagen_model import random_model, tiny_config  # same folder (pytest rootdir import)
 
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from diffspec.ar_image.llamagen_session import LlamaGenTarget, mix_cfg, prepare_caption
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def make_target(seed: int = 0, **kw) -> LlamaGenTarget:
-    base = dict(
-        dim=32,
-        n_layer=2,
-        n_head=2,
-        n_kv_head=1,
-        vocab_size=24,
-        num_classes=5,
-        block_size=16,
-        multiple_of=16,
-        token_dropout_p=0.0,
-        resid_dropout_p=0.0,
-        ffn_dropout_p=0.0,
-    )
-    base.update(kw)
-    torch.manual_seed(seed)
-    model = LlamaGenTransformer(LlamaGenConfig(**base)).eval()
-    with torch.no_grad():
-        model.output.weight.normal_(std=0.5)
-        if base.get("model_type") == "t2i":
+    model = random_model(tiny_config(**{"n_kv_head": 1, **kw}), seed=seed)
+    if model.config.model_type == "t2i":
+        with torch.no_grad():
             model.cls_embedding.uncond_embedding.normal_()
     return LlamaGenTarget(model)
 
@@ -161,3 +145,20 @@ def test_start_rejects_bad_conditions():
         t2i.start(class_labels=[1])
     with pytest.raises(ValueError, match="cls_token_num"):
         t2i.start(prompt_embeds=torch.zeros(1, 5, 8))
+
+
+def test_bfloat16_weights_keep_fp32_rope_and_logits():
+    target = make_target(seed=8)
+    labels = torch.tensor([1, 2])
+    tokens = torch.randint(0, 24, (2, 16), generator=torch.Generator().manual_seed(8))
+    ref = tf_logits(target, tokens, labels)
+    target.model.to(torch.bfloat16)
+    assert target.model.rope(torch.device("cpu")).dtype == torch.float32
+    session = target.start(class_labels=labels, guidance_scale=2.0)
+    assert session.caches[0][0].dtype == torch.bfloat16
+    out = session.step(tokens[:, :8], torch.zeros(2, dtype=torch.long))
+    assert out.dtype == torch.float32 and session.first_logits.dtype == torch.float32
+    uncond = tf_logits(target, tokens, torch.full((2,), 5))  # bf16 reference for the CFG mix
+    cond = tf_logits(target, tokens, labels)
+    torch.testing.assert_close(out, (uncond + 2.0 * (cond - uncond))[:, 1:9], rtol=0.05, atol=0.1)
+    assert (cond - ref).abs().max() < 0.25 * ref.abs().max()
