@@ -25,15 +25,23 @@ from .target import ARSession
 Embed = Callable[[torch.Tensor], torch.Tensor]
 """``(R, T)`` image tokens → ``(R, T, hidden)`` input embeddings of the decoder."""
 Head = Callable[[torch.Tensor], torch.Tensor]
-"""``(R, T, hidden)`` last hidden states → ``(R, T, codebook)`` image-token logits."""
+"""``(R, T, hidden)`` last hidden states → ``(R, T, V)`` logits (image codebook, or the full vocabulary
+when a ``constrain`` maps them to the codebook after guidance)."""
+Constrain = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(B, T, V)`` guided logits and ``(B, T)`` predicted image positions → ``(B, T, codebook)`` logits."""
+CFG_SPACES = ("logits", "logprobs")
 
 
-def mix_cfg(logits: torch.Tensor, batch_size: int, guidance_scale: float) -> torch.Tensor:
-    """Classifier-free guidance on stacked ``[cond; uncond]`` logits: ``u + s (c - u)`` (fp32).
+def mix_cfg(logits: torch.Tensor, batch_size: int, guidance_scale: float, space: str = "logits") -> torch.Tensor:
+    """Classifier-free guidance on stacked ``[cond; uncond]`` rows: ``u + s (c - u)`` in fp32.
 
-    With one branch (``logits`` has ``batch_size`` rows) the logits are returned as fp32.
+    ``space="logits"`` mixes raw logits (Janus, LlamaGen); ``"logprobs"`` mixes log-softmaxes
+    (transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor``, used by Emu3). With one
+    branch (``batch_size`` rows) the rows are returned (log-softmaxed for ``"logprobs"``).
     """
     logits = logits.float()
+    if space == "logprobs":
+        logits = logits.log_softmax(-1)
     if logits.shape[0] == batch_size:
         return logits
     cond, uncond = logits[:batch_size], logits[batch_size:]
@@ -54,18 +62,26 @@ class HFImageSession(ARSession):
         batch_size: images in the batch.
         guidance_scale: CFG scale used when there are two branches.
         num_tokens: image tokens per image.
+        cfg_space: where guidance mixes, ``"logits"`` or ``"logprobs"`` (see :func:`mix_cfg`).
+        constrain: maps guided logits to the codebook per predicted position (e.g. Emu3's
+            end-of-row structure); default: the head's logits are the codebook's.
     """
 
     def __init__(self, lm: torch.nn.Module, embed: Embed, head: Head, prompt_embeds: torch.Tensor,
-                 prompt_mask: torch.Tensor, *, batch_size: int, guidance_scale: float, num_tokens: int) -> None:
+                 prompt_mask: torch.Tensor, *, batch_size: int, guidance_scale: float, num_tokens: int,
+                 cfg_space: str = "logits", constrain: Constrain | None = None) -> None:
         from transformers import DynamicCache
 
+        from ..config import check_choice
+
+        check_choice("cfg_space", cfg_space, CFG_SPACES)
         rows = prompt_embeds.shape[0]
         if rows not in (batch_size, 2 * batch_size):
             raise ValueError(f"prompt_embeds has {rows} rows; expected batch_size={batch_size} or twice that for CFG")
         self.lm, self.embed, self.head = lm, embed, head
         self.batch_size, self.cfg_branches = batch_size, rows // batch_size
         self.guidance_scale, self.num_tokens = guidance_scale, num_tokens
+        self.cfg_space, self.constrain = cfg_space, constrain
         self.mask = prompt_mask.long()
         self.prompt_len = self.mask.sum(-1)  # (R,) real prompt tokens per row
         self.padded_len = prompt_mask.shape[1]
@@ -73,7 +89,12 @@ class HFImageSession(ARSession):
         self.history = torch.zeros(batch_size, 2 * num_tokens + 1, dtype=torch.long, device=prompt_embeds.device)
         positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
         hidden = self._forward(prompt_embeds, self.mask, positions)
-        self.first_logits = mix_cfg(head(hidden[:, -1:])[:, 0], batch_size, guidance_scale)
+        zero = torch.zeros(batch_size, 1, dtype=torch.long, device=prompt_embeds.device)
+        self.first_logits = self._guided(hidden[:, -1:], zero)[:, 0]
+
+    def _guided(self, hidden: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+        logits = mix_cfg(self.head(hidden), self.batch_size, self.guidance_scale, self.cfg_space)
+        return logits if self.constrain is None else self.constrain(logits, predicted)
 
     def _forward(self, embeds: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         out = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
@@ -96,6 +117,5 @@ class HFImageSession(ARSession):
         image_pos = torch.arange(lo, hi, device=feed.device)
         mask = torch.cat([self.mask, torch.ones(feed.shape[0], hi, dtype=self.mask.dtype, device=feed.device)], 1)
         hidden = self._forward(self.embed(feed), mask, self.prompt_len[:, None] + image_pos)
-        logits = mix_cfg(self.head(hidden), self.batch_size, self.guidance_scale)
-        index = (cols - lo)[:, :, None].expand(-1, -1, logits.shape[-1])
-        return logits.gather(1, index)
+        index = (cols - lo)[:, :, None].expand(-1, -1, hidden.shape[-1])
+        return self._guided(hidden.gather(1, index.repeat(self.cfg_branches, 1, 1)), cols + 1)

@@ -7,6 +7,8 @@ import torch
 
 from diffspec.ar_image.janus import JanusTarget
 
+from ar_stepping import greedy_by_steps
+
 transformers = pytest.importorskip("transformers")
 
 
@@ -33,17 +35,6 @@ def tiny_janus(seed: int = 0):
 
 PROMPTS = torch.tensor([[1, 5, 6, 7, 8, 98], [0, 0, 1, 9, 10, 98]])  # second row left-padded
 MASK = (PROMPTS != 0).long()
-
-
-def greedy_by_steps(session, num_tokens: int, chunk: int = 1) -> torch.Tensor:
-    """Test-side greedy loop through session.step, ``chunk`` tokens fed per call (re-fed from the start)."""
-    tokens = session.first_logits.argmax(-1)[:, None]
-    while tokens.shape[1] < num_tokens:
-        n = tokens.shape[1]
-        lo = max(0, n - chunk)
-        logits = session.step(tokens[:, lo:], torch.full((tokens.shape[0],), lo))
-        tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], 1)
-    return tokens
 
 
 @pytest.mark.parametrize("rows,chunk", [(1, 1), (2, 3)])
