@@ -107,7 +107,7 @@ class HFImageSession(ARSession):
         start = start.to(self.history.device)
         cols = start[:, None] + torch.arange(width, device=start.device)
         self.history.scatter_(1, cols, tokens.to(self.history.device))
-        lo, hi = int(start.min()), int(start.max()) + width  # the one host read of the call
+        lo, hi = torch.stack([start.min(), start.max() + width]).tolist()  # the one host read of the call
         past = self.cache.get_seq_length() - self.padded_len
         if past > lo:
             self.cache.crop(lo - past)
