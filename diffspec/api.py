@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from .ar_image.config import MCSJDConfig, SJDConfig
+from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .stats import SpecStats
 
@@ -47,8 +49,9 @@ _REGISTRY: dict[str, MethodInfo] = {
               "exact multi-step speculative sampling, reflection maximal coupling"),
         _info(AutospecConfig, "diffspec.pipelines.coupling:CouplingPipeline",
               "exchangeability autospeculation (ASD) for DDPM samplers"),
-        _planned("sjd", "ar_image", True, "speculative Jacobi decoding"),
-        _planned("mc-sjd", "ar_image", True, "SJD with maximal coupling of successive draws"),
+        _info(SJDConfig, "diffspec.pipelines.ar_image:ARImagePipeline", "speculative Jacobi decoding"),
+        _info(MCSJDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
+              "SJD with maximal coupling of successive draws"),
         _planned("gsd", "ar_image", False, "grouped speculative decoding"),
         _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
         _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
@@ -80,6 +83,8 @@ def methods(family: str | None = None, *, available_only: bool = False) -> list[
 
 def target_family(target: Any) -> str | None:
     """The method family a target belongs to, or None if diffspec does not know it."""
+    if isinstance(target, ARImageTarget):
+        return "ar_image"
     try:
         from diffusers import DiffusionPipeline
 

@@ -71,7 +71,7 @@ def test_generate_shipped_model_from_prompt_file(tmp_path):
         (["generate", "--model", "no-such-model", "--class-labels", "0", "--out", "x"], "no-such-model"),
         (["generate", "--class-labels", "0", "--steps", "0", "--out", "x"], "must be >= 1"),
         (["generate", "--class-labels", "0", "--method", "warp", "--out", "x"], "unknown method 'warp'"),
-        (["generate", "--class-labels", "0", "--method", "sjd", "--out", "x"], "sjd"),
+        (["generate", "--class-labels", "0", "--method", "lantern", "--out", "x"], "lantern"),
         (["generate", "--class-labels", "zebra", "--out", "x"], "unknown class 'zebra'"),
         (["generate", "--prompt-file", "missing.txt", "--out", "x"], "missing.txt"),
         (["generate", "--class-labels", "0", "--set", "interval=0", "--out", "x"], "interval"),

@@ -68,6 +68,7 @@ class ARImageTarget(ABC):
 
     codebook_size: int
     grid: tuple[int, int]
+    default_guidance_scale: float = 1.0
 
     @property
     def num_tokens(self) -> int:
@@ -90,3 +91,40 @@ class ARImageTarget(ABC):
     @abstractmethod
     def decode_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """``(B, num_tokens)`` image tokens → ``(B, 3, H, W)`` images in ``[-1, 1]``."""
+
+    def generate(self, class_labels: Any = None, prompt: Any = None, guidance_scale: float | None = None,
+                 generator: torch.Generator | list[torch.Generator] | None = None, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, **conditions: Any) -> torch.Tensor:
+        """Plain AR sampling (one model call per token): ``(B, num_tokens)`` image tokens.
+
+        ``guidance_scale=None`` uses ``default_guidance_scale``; ``generator`` may be a list with one
+        generator per image (diffusers convention). Temperature 0 is greedy decoding.
+
+        Example:
+            >>> tokens = target.generate(class_labels=[1, 2], generator=torch.Generator().manual_seed(0))  # doctest: +SKIP
+        """
+        from .plain import generate_plain
+
+        return generate_plain(self, class_labels, prompt, guidance_scale, generator, temperature, top_k, top_p,
+                              **conditions)
+
+    def __call__(self, class_labels: Any = None, prompt: Any = None, guidance_scale: float | None = None,
+                 generator: torch.Generator | list[torch.Generator] | None = None, output_type: str = "pil",
+                 return_dict: bool = True, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                 **conditions: Any) -> Any:
+        """Plain generation as a pipeline call: an ``ARImageOutput`` with ``images`` and ``tokens``.
+
+        Same arguments as :meth:`generate` plus ``output_type`` (``"pil"``, ``"np"``, ``"pt"``,
+        ``"tokens"``) and ``return_dict`` (False: ``(images, tokens)``).
+
+        Example:
+            >>> out = target(class_labels=[3], generator=torch.Generator().manual_seed(0))  # doctest: +SKIP
+            >>> out.images[0].size, out.tokens.shape  # doctest: +SKIP
+        """
+        from ..stats import SpecStats
+        from .plain import finish, generate_plain
+
+        stats = SpecStats(method="plain")
+        tokens = generate_plain(self, class_labels, prompt, guidance_scale, generator, temperature, top_k, top_p,
+                                stats=stats, **conditions)
+        return finish(self, tokens, output_type, return_dict, stats)

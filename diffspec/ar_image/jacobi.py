@@ -1,0 +1,188 @@
+"""Speculative Jacobi decoding engine (``sjd``, ``mc-sjd``), batched over images, exact.
+
+One round, for every batch row at once (row ``b`` has committed ``c_b`` tokens and holds drafts
+for positions ``c_b .. c_b + L - 1``, clipped at the image end):
+
+1. one ``session.step`` feeds the last committed token and the ``L`` drafts; its rows give
+   ``p^t`` for positions ``c_b .. c_b + L`` (forced tokens made one-hot);
+2. modified rejection sampling of every draft against ``p^t`` with its recorded ``q``
+   (:func:`~diffspec.ar_image.sampling.mrs`); the accepted prefix is committed, plus the MRS
+   output at the first rejection, or a bonus draw from the row after a fully accepted window;
+3. the positions left in the window are re-drafted from ``p^t`` (``independent``: fresh draws;
+   ``maximal``: the MRS outputs of step 2, i.e. the old draft kept with probability ``1 - TV``;
+   ``gumbel``: ``argmax(log p^t + g_j)`` with one fixed Gumbel vector per position) and their
+   ``q`` set to ``p^t`` (kept or not); positions entering the window get ``init`` drafts.
+
+The static per-row KV cache makes rollback free: the next round simply feeds from the new commit
+point. Rows near the image end feed from an earlier start (re-feeding committed tokens) so every
+row feeds the same number of tokens. The only host sync is one per round (loop end / progress).
+
+Example:
+    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> target = ToyTableTarget(seed=0)
+    >>> session = target.start(class_labels=[0, 1, 0])
+    >>> tokens = jacobi_sample(session, target.num_tokens, window=4, coupling="maximal", init="uniform",
+    ...                        sampling={"temperature": 1.0}, generator=torch.Generator().manual_seed(0))
+    >>> tokens.shape
+    torch.Size([3, 6])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..stats import SpecStats
+from .plain import window_forced
+from .sampling import Generators, GumbelTable, force, gumbel_argmax, mrs, sample, uniform, warp
+
+if TYPE_CHECKING:
+    from .target import ARSession
+
+
+def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tensor, generator: Generators,
+                forced: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """First drafts of ``length`` positions per row and the law each was drawn from.
+
+    Args:
+        init: ``"uniform"`` (uniform token, q uniform), ``"uniform-onehot"`` (uniform token, q
+            one-hot) or ``"repeat"`` (``left`` token, q one-hot).
+        left: ``(B,)`` token copied by ``"repeat"``.
+        forced: ``(B, length)`` forced token or -1 at those positions (None: nothing forced).
+
+    Returns:
+        ``(drafts (B, length), q (B, length, vocab))``.
+    """
+    u = uniform((batch, length), generator, left.device)
+    if init == "repeat":
+        drafts = left.unsqueeze(1).expand(batch, length).clone()
+    else:
+        drafts = (u * vocab).long().clamp_(max=vocab - 1)
+    if forced is not None:
+        drafts = torch.where(forced >= 0, forced, drafts)
+    onehot = torch.zeros(batch, length, vocab, device=left.device).scatter_(-1, drafts.unsqueeze(-1), 1.0)
+    if init != "uniform":
+        return drafts, onehot
+    q = torch.full_like(onehot, 1.0 / vocab)
+    return drafts, q if forced is None else torch.where((forced >= 0).unsqueeze(-1), onehot, q)
+
+
+def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: str, init: str,
+                  sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
+                  bar: Any = None, _kept_old_q: bool = False) -> torch.Tensor:
+    """Sample ``(B, num_tokens)`` image tokens by speculative Jacobi decoding (exact).
+
+    Args:
+        session: an open session (CFG is inside it).
+        num_tokens: image tokens per image.
+        window: drafts verified per call (clipped to ``num_tokens - 1``).
+        coupling: ``"independent"`` (SJD), ``"maximal"`` or ``"gumbel"`` (MC-SJD).
+        init: first-draft rule (see :func:`init_drafts`).
+        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        generator: ``None``, a generator, or one per batch row (row ``b``'s result then does
+            not depend on the other rows).
+        stats: counters to fill (``target_calls`` counts the prefill as one call).
+        bar: a tqdm bar advanced by the tokens committed each round.
+        _kept_old_q: test-only planted bias: a token the maximal coupling kept keeps its OLD q
+            (the bookkeeping that makes MC-SJD inexact; exactness tests must catch it).
+
+    Returns:
+        Image tokens, distributed exactly as the plain loop's.
+    """
+    batch, n = session.batch_size, num_tokens
+    dev = session.first_logits.device
+    vocab = session.first_logits.shape[-1]
+    forced = session.forced_tokens()
+    forced = None if forced is None else forced.to(dev)
+    tokens = torch.zeros(batch, n, dtype=torch.long, device=dev)
+    p0 = warp(session.first_logits, **sampling)
+    if forced is not None:
+        p0 = force(p0, forced[0].expand(batch))
+    tokens[:, 0] = sample(p0, generator)
+    commit = torch.ones(batch, dtype=torch.long, device=dev)
+    calls = 1
+    row_calls = torch.ones(batch, device=dev)
+    accepted = torch.zeros((), dtype=torch.long, device=dev)
+    proposed = torch.zeros((), dtype=torch.long, device=dev)
+    length = min(window, n - 1)
+    if bar is not None:
+        bar.update(batch)
+    if length > 0:
+        ar = torch.arange(length + 1, device=dev)
+        pos0 = commit.unsqueeze(1) + ar[:length]
+        drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator,
+                                window_forced(session, pos0))
+        tokens[:, 1:length + 1] = drafts
+        table = GumbelTable(batch, length, vocab, generator, dev) if coupling == "gumbel" else None
+        cols = torch.arange(n, device=dev)
+        done, total = 1, batch
+        while done < n:
+            start = torch.clamp(commit - 1, max=n - length - 1)
+            fed = tokens.gather(1, start.unsqueeze(1) + ar)
+            logits = session.step(fed, start)
+            calls += 1
+            row_calls += (commit < n).float()
+            # logits row of position commit + k is (commit - 1 - start) + k
+            idx = (commit - 1 - start).unsqueeze(1) + ar
+            logits = logits.gather(1, idx.clamp(max=length).unsqueeze(-1).expand(-1, -1, vocab))
+            pos = commit.unsqueeze(1) + ar  # (B, L + 1) absolute positions of the window rows
+            p = warp(logits, **sampling)
+            f = window_forced(session, pos)
+            if f is not None:
+                p = force(p, f)
+            draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
+            valid = pos[:, :length] < n
+            res = mrs(p[:, :length], q, draft, generator)
+            lead = (res.accepted & valid).long().cumprod(1).sum(1)
+            accepted += lead.sum()
+            proposed += valid.sum()
+            bonus = sample(p[:, length], generator)
+            commit_vals = torch.cat([res.tokens, bonus.unsqueeze(1)], 1)
+            step = torch.minimum(lead + 1, n - commit)
+            if coupling == "independent":
+                redraft = sample(p[:, :length], generator)
+            elif coupling == "maximal":
+                redraft = res.tokens
+            else:
+                redraft = gumbel_argmax(p[:, :length], table.noise(pos[:, :length]))  # type: ignore[union-attr]
+            q_re = p[:, :length]
+            if _kept_old_q:
+                q_re = torch.where(res.accepted.unsqueeze(-1), q, q_re)
+            new_commit = commit + step
+            # window slot k' of the new window was slot k' + step of the old one, or is new
+            src = ar[:length] + step.unsqueeze(1)
+            from_old = src < length
+            src = src.clamp(max=length - 1)
+            kept = redraft.gather(1, src)
+            q_kept = q_re.gather(1, src.unsqueeze(-1).expand(-1, -1, vocab))
+            rel_c = cols - commit.unsqueeze(1)
+            is_commit = (rel_c >= 0) & (cols < new_commit.unsqueeze(1))
+            tokens = torch.where(is_commit, commit_vals.gather(1, rel_c.clamp(0, length)), tokens)
+            rel_w = cols - new_commit.unsqueeze(1)
+            in_win = (rel_w >= 0) & (rel_w < length)
+            rel_w = rel_w.clamp(0, length - 1)
+            tokens = torch.where(in_win & from_old.gather(1, rel_w), kept.gather(1, rel_w), tokens)
+            first_new = torch.maximum(commit + length, new_commit)
+            left = tokens.gather(1, (first_new - 1).clamp(max=n - 1).unsqueeze(1)).squeeze(1)
+            new_pos = new_commit.unsqueeze(1) + ar[:length]
+            fresh, q_fresh = init_drafts(init, batch, length, vocab, left, generator,
+                                         window_forced(session, new_pos))
+            drafts = torch.where(from_old, kept, fresh)
+            q = torch.where(from_old.unsqueeze(-1), q_kept, q_fresh)
+            tokens = torch.where(in_win, drafts.gather(1, rel_w), tokens)
+            if table is not None:
+                table.advance(commit, new_commit)
+            commit = new_commit
+            done, now = torch.stack([commit.min(), commit.sum()]).tolist()  # the round's one host sync
+            if bar is not None:
+                bar.update(now - total)
+            total = now
+    if stats is not None:
+        stats.target_calls += calls
+        stats.target_evals += calls * session.cfg_branches
+        stats.accepted += int(accepted)
+        stats.proposed += int(proposed)
+        stats.extra.update(iterations=calls - 1, step_compression=n / calls,
+                           tokens_per_call=float((n / row_calls).mean()))
+    return tokens

@@ -1,0 +1,81 @@
+"""``sjd`` / ``mc-sjd`` on AR image targets: exact speculative Jacobi decoding, same call as the target.
+
+The wrapper drives an :class:`~diffspec.ar_image.target.ARImageTarget` (LlamaGen-style model,
+the toy table target, adapters) through its session protocol; the target's own call is the plain
+AR loop (``spec.plain(...)`` too), whose law the speculative call reproduces exactly.
+
+Example:
+    >>> spec = SpeculativePipeline.from_pipe(target, method="mc-sjd", window=32)  # doctest: +SKIP
+    >>> out = spec(class_labels=[1, 7], guidance_scale=2.0, generator=torch.Generator().manual_seed(0))  # doctest: +SKIP
+    >>> out.images, out.tokens.shape, spec.stats.extra["step_compression"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..api import SpeculativePipeline
+from ..ar_image.config import MCSJDConfig, SJDConfig
+from ..ar_image.jacobi import jacobi_sample
+from ..ar_image.plain import finish, open_session, plain_sample
+from ..ar_image.sampling import Generators
+from ..ar_image.target import ARImageTarget
+from ..config import MethodConfig
+from ..progress import progress
+
+
+class ARImagePipeline(SpeculativePipeline):
+    """An AR image target sampled by speculative Jacobi decoding (``sjd`` or ``mc-sjd``), exact.
+
+    Call it like the target: ``spec(class_labels=..., prompt=..., guidance_scale=..., generator=...,
+    output_type="pil" | "np" | "pt" | "tokens", return_dict=True)``. ``temperature``, ``top_k`` and
+    ``top_p`` may be passed too: they override the config's sampling settings for that call only.
+    ``spec.stats`` (also ``out.spec_stats``): ``target_calls`` (prefill = 1 call), ``target_evals``
+    (x CFG branches), ``accepted``/``proposed`` drafts, ``extra``: ``iterations`` (Jacobi rounds),
+    ``step_compression`` (``num_tokens / target_calls`` for the batch) and ``tokens_per_call``
+    (mean over images of ``num_tokens`` / that image's calls).
+    """
+
+    family = "ar_image"
+
+    def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig) -> None:
+        super().__init__(pipe, config)
+        self.enable()
+
+    @classmethod
+    def wrap(cls, target: Any, config: MethodConfig) -> ARImagePipeline:
+        if not isinstance(target, ARImageTarget):
+            raise ValueError(f"method {config.method!r} needs an ARImageTarget (diffspec.ar_image); "
+                             f"got {type(target).__name__}")
+        if not isinstance(config, (SJDConfig, MCSJDConfig)):
+            raise ValueError(f"{type(config).__name__} is not an AR image Jacobi config (SJDConfig, MCSJDConfig)")
+        return cls(target, config)
+
+    def _run(self, class_labels: Any = None, prompt: Any = None, guidance_scale: float | None = None,
+             generator: Generators = None, output_type: str = "pil", return_dict: bool = True,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             plain: bool = False, **conditions: Any) -> Any:
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+        config = self.config.replace(**{k: v for k, v in given.items() if v is not None})
+        target, n = self.pipe, self.pipe.num_tokens
+        with torch.no_grad():
+            session = open_session(target, class_labels, prompt, guidance_scale, **conditions)
+            desc = "plain" if plain else config.method
+            with progress(total=session.batch_size * n, desc=desc) as bar:
+                if plain:
+                    tokens = plain_sample(session, n, config.sampling, generator, self.stats, bar)
+                else:
+                    tokens = jacobi_sample(session, n, config.window, config.coupling, config.init,
+                                           config.sampling, generator, self.stats, bar)
+        return finish(target, tokens, output_type, return_dict, self.stats)
+
+    def plain(self, *args: Any, **kwargs: Any) -> Any:
+        """The plain AR loop (one target call per token) that ``sjd``/``mc-sjd`` are exact against."""
+        self.stats.reset()
+        start = time.perf_counter()
+        out = self._run(*args, plain=True, **kwargs)
+        self.stats.wall_s = time.perf_counter() - start
+        return out
