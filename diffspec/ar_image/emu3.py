@@ -54,6 +54,8 @@ class Emu3Target(ARImageTarget):
         ValueError: not an Emu3 model, or a vocabulary map without visual / EOL tokens.
     """
 
+    default_guidance_scale = 3.0
+
     def __init__(self, model: Any, *, height: int, width: int, pad_token_id: int | None = None) -> None:
         mapping = getattr(model, "vocabulary_mapping", None)
         if mapping is None or not hasattr(model, "lm_head"):

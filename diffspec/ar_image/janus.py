@@ -30,6 +30,8 @@ from .target import ARImageTarget
 class JanusTarget(ARImageTarget):
     """A transformers Janus model (with its processor for text prompts) as an ``ARImageTarget``.
 
+    ``default_guidance_scale`` is 5, transformers' default for Janus image generation.
+
     Args:
         model: a ``JanusForConditionalGeneration`` (put it in ``eval()`` mode).
         processor: its ``JanusProcessor``; needed for ``prompt=`` strings (``input_ids=`` works without).
@@ -39,6 +41,8 @@ class JanusTarget(ARImageTarget):
     Raises:
         ValueError: not a Janus model, or special tokens that cannot be found.
     """
+
+    default_guidance_scale = 5.0
 
     def __init__(self, model: Any, processor: Any = None, *, boi_token_id: int | None = None,
                  bos_token_id: int | None = None, pad_token_id: int | None = None) -> None:

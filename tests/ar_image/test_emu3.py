@@ -96,3 +96,22 @@ def test_errors_name_what_to_pass():
         Emu3Target(tiny_emu3(), height=0, width=W)
     with pytest.raises(ValueError, match="Emu3ForConditionalGeneration"):
         Emu3Target(torch.nn.Linear(2, 2), height=H, width=W)
+
+
+@pytest.mark.parametrize("method", ["sjd", "mc-sjd"])
+def test_speculative_greedy_equals_generate(method):
+    """Through diffspec's engine, forced end-of-row slots included: greedy tokens equal generate's."""
+    from diffspec import SpeculativePipeline
+
+    model = tiny_emu3(2)
+    target = Emu3Target(model, height=H, width=W)
+    with torch.no_grad():
+        ref = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=(W + 1) * H + 3,
+                             prefix_allowed_tokens_fn=allowed_tokens(model), do_sample=False, guidance_scale=3.0,
+                             negative_prompt_ids=NEGATIVE, negative_prompt_attention_mask=torch.ones_like(NEGATIVE))
+    spec = SpeculativePipeline.from_pipe(target, method=method, window=5, temperature=0.0)
+    out = spec(input_ids=PROMPT, negative_input_ids=NEGATIVE, output_type="tokens")
+    assert torch.equal(target.vocab_ids[out.tokens], ref[:, PROMPT.shape[1]: PROMPT.shape[1] + target.num_tokens])
+    sampled = spec(input_ids=PROMPT.repeat(3, 1), negative_input_ids=NEGATIVE, output_type="tokens",
+                   temperature=1.0, generator=torch.Generator().manual_seed(0)).tokens
+    assert (sampled[:, W:: W + 1] == K).all() and (sampled.reshape(3, H, W + 1)[..., :W] < K).all()

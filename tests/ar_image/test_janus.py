@@ -89,3 +89,18 @@ def test_decode_and_errors():
         target.start(class_labels=[1])
     with pytest.raises(ValueError, match="JanusForConditionalGeneration"):
         JanusTarget(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("method", ["sjd", "mc-sjd"])
+def test_speculative_greedy_equals_generate(method):
+    """Through diffspec's engine (windows, ragged rows): greedy tokens equal transformers' own loop."""
+    from diffspec import SpeculativePipeline
+
+    model = tiny_janus(3)
+    with torch.no_grad():
+        ref = model.generate(PROMPTS, attention_mask=MASK, generation_mode="image", do_sample=False,
+                             guidance_scale=5.0, max_length=64)
+    spec = SpeculativePipeline.from_pipe(JanusTarget(model), method=method, window=4, temperature=0.0)
+    out = spec(input_ids=PROMPTS, attention_mask=MASK, output_type="pt")
+    assert torch.equal(out.tokens, ref) and out.images.shape == (2, 3, 16, 16)
+    assert spec.stats.target_calls <= 16 and spec.stats.target_evals == 2 * spec.stats.target_calls
