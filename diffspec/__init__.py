@@ -7,6 +7,7 @@ Example:
 """
 
 from .api import MethodInfo, SpeculativePipeline, methods
+from .ar_image.config import MCSJDConfig, SJDConfig
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .progress import disable_progress_bar, enable_progress_bar
 from .stats import SpecStats
@@ -17,6 +18,8 @@ __all__ = [
     "AutospecConfig",
     "CouplingConfig",
     "ForecastConfig",
+    "MCSJDConfig",
+    "SJDConfig",
     "SpecaConfig",
     "MethodConfig",
     "MethodInfo",

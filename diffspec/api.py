@@ -16,6 +16,8 @@ from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
+_AR_WRAP_HINT = ("; wrap AR image generators first: diffspec.ar_image.janus.JanusTarget(model, processor), "
+                 "diffspec.ar_image.emu3.Emu3Target(model, height=..., width=...) or a LlamaGenTarget")
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,9 @@ class SpeculativePipeline:
             raise ValueError(
                 f"unsupported target {type(target).__name__}: diffspec wraps diffusers DiffusionPipeline "
                 "objects with a transformer (DiT, PixArt, SD3, Flux) for the diffusion methods "
-                f"({', '.join(m.name for m in methods('diffusion', available_only=True))})"
+                f"({', '.join(m.name for m in methods('diffusion', available_only=True))}) and AR image targets "
+                "(diffspec.ar_image: LlamaGenTarget, JanusTarget, Emu3Target) for "
+                f"{', '.join(m.name for m in methods('ar_image', available_only=True))}"
             )
         name = method.method if isinstance(method, MethodConfig) else method
         info = _REGISTRY.get(name) if isinstance(name, str) else None
@@ -166,6 +170,7 @@ class SpeculativePipeline:
                 f"method {name!r} is a {info.family} method but the target is a {family} target "
                 f"({type(target).__name__}); methods for it: "
                 f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
+                + (_AR_WRAP_HINT if info.family == "ar_image" else "")
             )
         info, config = resolve_config(method, overrides)
         module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]

@@ -72,6 +72,7 @@ def test_generate_shipped_model_from_prompt_file(tmp_path):
         (["generate", "--class-labels", "0", "--steps", "0", "--out", "x"], "must be >= 1"),
         (["generate", "--class-labels", "0", "--method", "warp", "--out", "x"], "unknown method 'warp'"),
         (["generate", "--class-labels", "0", "--method", "lantern", "--out", "x"], "lantern"),
+        (["generate", "--class-labels", "0", "--method", "mc-sjd", "--out", "x"], "'mc-sjd' is an ar_image method"),
         (["generate", "--class-labels", "zebra", "--out", "x"], "unknown class 'zebra'"),
         (["generate", "--prompt-file", "missing.txt", "--out", "x"], "missing.txt"),
         (["generate", "--class-labels", "0", "--set", "interval=0", "--out", "x"], "interval"),

@@ -64,20 +64,34 @@ def check_writable(out: Path) -> None:
         raise ValueError(f"--out {str(out)!r} is not a writable folder ({exc.strerror or exc})") from None
 
 
+def check_method(name: str, overrides: dict[str, Any]) -> None:
+    """``name`` is an available diffusion method and ``overrides`` are valid for it.
+
+    Raises:
+        ValueError: an unknown, planned or non-diffusion method (``generate`` runs diffusers
+            pipelines), or a bad config value.
+    """
+    from ..api import methods, resolve_config
+
+    info, _ = resolve_config(name, overrides)
+    if info.family != "diffusion":
+        names = ", ".join(m.name for m in methods("diffusion", available_only=True))
+        raise ValueError(f"method {name!r} is an {info.family} method; diffspec generate runs diffusers pipelines "
+                         f"(methods: {names})")
+
+
 def check_methods(items: list[GenItem]) -> None:
-    """Every item names a method that exists (its config values are checked per item, at run time).
+    """Every item names a diffusion method that exists (its config values are checked per item, at run time).
 
     Raises:
         ItemError: naming the line of the first unknown method.
     """
-    from ..api import resolve_config
-
     checked: set[str] = {"none"}
     for item in items:
         if item.method in checked:
             continue
         try:
-            resolve_config(item.method, {})
+            check_method(item.method, {})
         except ValueError as exc:
             raise ItemError(f"{item.where}: field 'method': {exc}") from None
         checked.add(item.method)
@@ -100,7 +114,6 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     """``diffspec generate``: returns the exit code (0; 1 when items failed in a single-process run)."""
     import torch
 
-    from ..api import resolve_config
     from ..models import SHIPPED_MODELS, load_pipeline, resolve_model_path
     from .manifest import merge_manifests
     from .media import check_video_format
@@ -110,7 +123,7 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     if args.method == "none" and overrides:
         raise ValueError("--set needs a --method other than 'none'")
     if args.method != "none":
-        resolve_config(args.method, overrides)  # bad --method or --set value: fail before anything else
+        check_method(args.method, overrides)  # bad --method or --set value: fail before anything else
     items = load_items(args, overrides)
     check_methods(items)
     if args.video_format is not None:

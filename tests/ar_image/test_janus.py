@@ -89,6 +89,10 @@ def test_decode_and_errors():
         target.start(class_labels=[1])
     with pytest.raises(ValueError, match="JanusForConditionalGeneration"):
         JanusTarget(torch.nn.Linear(2, 2))
+    from diffspec import SpeculativePipeline
+
+    with pytest.raises(ValueError, match=r"JanusTarget\(model, processor\)"):
+        SpeculativePipeline.from_pipe(model, method="sjd")  # the raw transformers model: say how to wrap it
 
 
 @pytest.mark.parametrize("method", ["sjd", "mc-sjd"])
