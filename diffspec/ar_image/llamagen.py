@@ -252,10 +252,22 @@ class LlamaGenTransformer(nn.Module):
             self.freqs_cis = self.freqs_cis.to(device)
         return self.freqs_cis
 
-    def run_layers(self, h: torch.Tensor, rope: torch.Tensor, **attn: Any) -> torch.Tensor:
-        """Blocks, final norm and output head: fp32 logits ``(B, S, vocab)``."""
-        for layer in self.layers:
-            h = layer(h, rope, **attn)
+    def run_layers(
+        self,
+        h: torch.Tensor,
+        rope: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        write_slots: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Blocks, final norm and output head: fp32 logits ``(B, S, vocab)``.
+
+        ``caches`` holds one ``(k, v)`` pair per layer (see :class:`Attention`); the new keys and
+        values are written at ``write_slots`` before attending.
+        """
+        for i, layer in enumerate(self.layers):
+            cache = caches[i] if caches is not None else None
+            h = layer(h, rope, mask=mask, cache=cache, write_slots=write_slots)
         return self.output(self.norm(h)).float()
 
     def forward(

@@ -126,6 +126,10 @@ class LlamaGenConfig:
         ):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"LlamaGenConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.model_type == "t2i" and self.cls_token_num > CAPTION_NULL_TOKENS:
+            raise ValueError(
+                f"LlamaGenConfig.cls_token_num={self.cls_token_num} must be <= {CAPTION_NULL_TOKENS} for t2i"
+            )
         if (self.grid_rows is None) != (self.grid_cols is None):
             raise ValueError("LlamaGenConfig.grid_rows and grid_cols must be given together (or neither)")
         rows, cols = self.grid

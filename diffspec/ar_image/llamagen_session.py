@@ -1,0 +1,240 @@
+"""LlamaGen as an :class:`~diffspec.ar_image.target.ARImageTarget`: static per-row KV cache with CFG.
+
+A :class:`LlamaGenSession` holds, per layer, keys and values for every sequence slot of every
+model row (``cfg_branches * batch_size`` rows: conditional rows first, then unconditional ones, as
+the official sampler orders them). ``step(tokens, start)`` writes each row's keys/values at its own
+slots with one scatter and attends with a boolean mask ``key slot <= query slot``; nothing is ever
+cropped, so feeding a row again from an earlier position is its rollback and rows may be ragged.
+One extra slot past the image end absorbs writes of tokens fed beyond the last image position.
+
+Example:
+    >>> from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
+    >>> cfg = LlamaGenConfig(dim=32, n_layer=1, n_head=2, vocab_size=8, num_classes=3, block_size=4)
+    >>> target = LlamaGenTarget(LlamaGenTransformer(cfg).eval())
+    >>> session = target.start(class_labels=[0, 2], guidance_scale=2.0)
+    >>> session.first_logits.shape, session.cfg_branches
+    (torch.Size([2, 8]), 2)
+    >>> session.step(torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1])).shape
+    torch.Size([2, 3, 8])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from diffspec.ar_image.llamagen import LlamaGenTransformer
+from diffspec.ar_image.target import ARImageTarget, ARSession
+
+
+class TokenDecoder(Protocol):
+    """What :class:`LlamaGenTarget` needs from an image tokenizer (LlamaGen VQ, the tiny k-means one)."""
+
+    codebook: torch.Tensor
+
+    def decode_code(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """``(B, rows*cols)`` tokens → ``(B, 3, H, W)`` images in about ``[-1, 1]``."""
+        ...
+
+
+def mix_cfg(logits: torch.Tensor, batch: int, scale: float) -> torch.Tensor:
+    """``l_u + s (l_c - l_u)`` over model rows ``[cond (batch); uncond (batch)]``; identity without CFG."""
+    if logits.shape[0] == batch:
+        return logits
+    cond, uncond = logits[:batch], logits[batch:]
+    return uncond + scale * (cond - uncond)
+
+
+class LlamaGenSession(ARSession):
+    """A batch of LlamaGen generations in progress (see the module docstring).
+
+    Args:
+        model: the GPT (its dtype/device are the cache's).
+        cond: conditional input for ``batch`` images: labels ``(B,)`` or captions ``(B, cls, C)``.
+        guidance_scale: CFG scale; ``!= 1`` adds the unconditional branch.
+        cond_mask: t2i only, ``(B, cls_token_num)`` bool, False for padded caption slots.
+    """
+
+    def __init__(
+        self,
+        model: LlamaGenTransformer,
+        cond: torch.Tensor,
+        guidance_scale: float = 1.0,
+        cond_mask: torch.Tensor | None = None,
+    ) -> None:
+        cfg = model.config
+        self.model = model
+        self.batch_size = int(cond.shape[0])
+        self.guidance_scale = float(guidance_scale)
+        self.cfg_branches = 2 if self.guidance_scale != 1.0 else 1
+        self.cls = cfg.cls_token_num
+        self.slots = cfg.cls_token_num + cfg.block_size  # real slots; index `slots` is the spill slot
+        param = model.tok_embeddings.weight
+        device, dtype = param.device, param.dtype
+        cond = cond.to(device, dtype if cond.is_floating_point() else torch.long)
+        if self.cfg_branches == 2:
+            null = model.null_condition(self.batch_size, device).to(cond.dtype)
+            cond = torch.cat([cond, null[:, : cond.shape[1]] if cond.dim() == 3 else null])
+        rows = int(cond.shape[0])
+        shape = (rows, cfg.kv_heads, self.slots + 1, cfg.head_dim)
+        self.caches = [
+            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in range(cfg.n_layer)
+        ]
+        self.key_ok = torch.ones(rows, self.slots + 1, dtype=torch.bool, device=device)
+        self.key_ok[:, -1] = False
+        if cond_mask is not None:
+            self.key_ok[:, : self.cls] = cond_mask.to(device, torch.bool).repeat(self.cfg_branches, 1)
+        self.slot_index = torch.arange(self.slots + 1, device=device)
+        with torch.no_grad():
+            h = model.embed_condition(cond).to(dtype)
+            pos = torch.arange(self.cls, device=device).expand(rows, -1)
+            self.first_logits = self._run(h, pos)[:, -1]
+
+    def _run(self, h: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """One model call over all rows: ``h`` ``(rows, T, dim)`` at sequence slots ``pos`` ``(rows, T)``."""
+        last = self.slots - 1
+        query = pos.clamp(max=last)
+        write = torch.where(pos > last, self.slots, pos)
+        rope = self.model.rope(h.device)[query]
+        keys = self.slot_index[None, None, :]
+        mask = ((keys <= query[..., None]) & self.key_ok[:, None, :]) | (keys == query[..., None])
+        logits = self.model.run_layers(h, rope, mask=mask[:, None], caches=self.caches, write_slots=write)
+        return mix_cfg(logits, self.batch_size, self.guidance_scale)
+
+    def step(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """Feed ``tokens`` ``(B, T)`` as image tokens ``start[b] + i``; one model call (see protocol).
+
+        ``start`` must be ``>= 0`` (not checked: that would cost a host sync per call).
+        """
+        if tokens.dim() != 2 or tokens.shape[0] != self.batch_size:
+            raise ValueError(f"tokens must be (batch_size={self.batch_size}, T), got {tuple(tokens.shape)}")
+        if start.shape != (self.batch_size,):
+            raise ValueError(f"start must be ({self.batch_size},), got {tuple(start.shape)}")
+        device = self.slot_index.device
+        tokens = tokens.to(device).repeat(self.cfg_branches, 1)
+        offsets = torch.arange(tokens.shape[1], device=device)
+        pos = self.cls + start.to(device).repeat(self.cfg_branches)[:, None] + offsets
+        with torch.no_grad():
+            h = self.model.tok_embeddings(tokens)
+            return self._run(h, pos)
+
+
+def prepare_caption(
+    prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor | None, tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad captions to ``tokens`` slots and move valid entries to the end, as LlamaGen's t2i sampler.
+
+    Accepts right-padded (T5 tokenizer style) or already left-padded masks.
+
+    Raises:
+        ValueError: too many caption tokens or a mask with holes.
+    """
+    bsz, length, _ = prompt_embeds.shape
+    if length > tokens:
+        raise ValueError(
+            f"prompt_embeds has {length} tokens; this model takes at most cls_token_num={tokens}"
+        )
+    mask = (
+        torch.ones(bsz, length, dtype=torch.bool, device=prompt_embeds.device)
+        if prompt_mask is None
+        else prompt_mask.to(prompt_embeds.device, torch.bool)
+    )
+    embeds = torch.nn.functional.pad(prompt_embeds, (0, 0, 0, tokens - length))
+    mask = torch.nn.functional.pad(mask, (0, tokens - length), value=False)
+    count = mask.sum(1, keepdim=True)
+    ar = torch.arange(tokens, device=mask.device)[None]
+    if torch.equal(mask, ar >= tokens - count):
+        return embeds, mask
+    if not torch.equal(mask, ar < count):
+        raise ValueError("prompt_mask must be right- or left-padded (True entries contiguous at one end)")
+    index = (ar + count) % tokens  # new[i] = old[(i + valid) % tokens]: valid entries last
+    embeds = embeds.gather(1, index[..., None].expand_as(embeds))
+    return embeds, mask.flip(1)
+
+
+class LlamaGenTarget(ARImageTarget):
+    """A LlamaGen GPT plus an image-token decoder, as diffspec's AR image target.
+
+    Args:
+        model: :class:`LlamaGenTransformer` (``eval()`` mode).
+        decoder: anything with ``decode_code(tokens, grid)`` and ``codebook`` (LlamaGen's VQ, the
+            tiny k-means tokenizer); ``None`` makes :meth:`decode_tokens` raise.
+
+    Example:
+        >>> target = load_llamagen("c2i_B_256.pt", "vq_ds16_c2i.pt")  # doctest: +SKIP
+        >>> session = target.start(class_labels=[207, 360], guidance_scale=4.0)  # doctest: +SKIP
+    """
+
+    def __init__(self, model: LlamaGenTransformer, decoder: TokenDecoder | None = None) -> None:
+        self.model = model
+        self.decoder = decoder
+        self.codebook_size = model.config.vocab_size
+        self.grid = model.config.grid
+
+    @property
+    def device(self) -> torch.device:
+        """The GPT's device."""
+        return self.model.tok_embeddings.weight.device
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        """``(codebook_size, dim)`` code vectors of the decoder (LANTERN neighbourhoods)."""
+        if self.decoder is None:
+            raise ValueError("this LlamaGenTarget has no decoder; pass one (e.g. LlamaGen's VQ)")
+        return self.decoder.codebook
+
+    def start(
+        self,
+        *,
+        guidance_scale: float = 1.0,
+        class_labels: int | Sequence[int] | torch.Tensor | None = None,
+        prompt_embeds: torch.Tensor | None = None,
+        prompt_mask: torch.Tensor | None = None,
+        **conditions: Any,
+    ) -> LlamaGenSession:
+        """Open a session: ``class_labels`` (c2i) or ``prompt_embeds`` ``(B, T, caption_dim)`` + mask (t2i).
+
+        Raises:
+            ValueError: a missing, foreign or out-of-range condition (named).
+        """
+        cfg = self.model.config
+        if "prompt" in conditions:
+            raise ValueError(
+                "LlamaGenTarget has no text encoder (flan-t5-xl is not bundled); pass "
+                "prompt_embeds=(B, T, caption_dim) and prompt_mask=(B, T) from your T5 encoder"
+            )
+        if conditions:
+            raise ValueError(
+                f"unknown conditions {sorted(conditions)}; LlamaGen takes class_labels or prompt_embeds"
+            )
+        if cfg.model_type == "c2i":
+            if class_labels is None or prompt_embeds is not None:
+                raise ValueError(
+                    "a class-conditional LlamaGen needs class_labels=[...] (and no prompt_embeds)"
+                )
+            labels = torch.as_tensor(class_labels, dtype=torch.long, device=self.device).reshape(-1)
+            if labels.numel() == 0 or int(labels.min()) < 0 or int(labels.max()) >= cfg.num_classes:
+                raise ValueError(
+                    f"class_labels must be non-empty, in [0, {cfg.num_classes}); got {labels.tolist()}"
+                )
+            return LlamaGenSession(self.model, labels, guidance_scale)
+        if prompt_embeds is None or class_labels is not None:
+            raise ValueError(
+                "a text-conditional LlamaGen needs prompt_embeds=(B, T, caption_dim) (no class_labels)"
+            )
+        if prompt_embeds.dim() != 3 or prompt_embeds.shape[-1] != cfg.caption_dim:
+            raise ValueError(
+                f"prompt_embeds must be (B, T, caption_dim={cfg.caption_dim}), got {tuple(prompt_embeds.shape)}"
+            )
+        embeds, mask = prepare_caption(prompt_embeds.to(self.device), prompt_mask, cfg.cls_token_num)
+        return LlamaGenSession(self.model, embeds, guidance_scale, cond_mask=mask)
+
+    def decode_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``(B, num_tokens)`` → ``(B, 3, H, W)`` in ``[-1, 1]`` through the decoder."""
+        if self.decoder is None:
+            raise ValueError("this LlamaGenTarget has no decoder; pass one (e.g. LlamaGen's VQ)")
+        with torch.no_grad():
+            return self.decoder.decode_code(tokens, self.grid).clamp(-1.0, 1.0)
