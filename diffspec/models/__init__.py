@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .classifier import (
     ShapeClassifier,
@@ -24,6 +25,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 
 SHIPPED_MODELS: dict[str, Path] = {
     "tiny-dit": WEIGHTS / "tiny-dit",  # class-conditional DiTPipeline on diffspec.data shapes, 32x32
+    "tiny-ar": WEIGHTS / "tiny-ar",  # class-conditional LlamaGen GPT + patch k-means VQ on shapes, 8x8 tokens
 }
 
 
@@ -44,12 +46,38 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     )
 
 
+def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any = None) -> Any:
+    """A shipped AR image model (``"tiny-ar"``) or a folder with ``gpt/`` + ``tokenizer/`` → a ``LlamaGenTarget``.
+
+    ``gpt/`` is a ``LlamaGenTransformer.save_pretrained`` folder, ``tokenizer/`` a
+    ``PatchVQ.save_pretrained`` folder (its decoder and LANTERN codebook).
+
+    Raises:
+        ValueError: unknown name, or a folder without ``gpt/config.json`` and ``tokenizer/config.json``.
+
+    Example:
+        >>> target = load_ar_target("tiny-ar")
+        >>> target.codebook_size, target.grid
+        (1024, (8, 8))
+    """
+    from ..ar_image.llamagen import LlamaGenTransformer
+    from ..ar_image.llamagen_session import LlamaGenTarget
+    from ..ar_image.patch_vq import PatchVQ
+
+    folder = resolve_model_path(name_or_path)
+    if not ((folder / "gpt" / "config.json").is_file() and (folder / "tokenizer" / "config.json").is_file()):
+        raise ValueError(f"{folder} is not an AR image model folder (needs gpt/config.json and tokenizer/config.json)")
+    model = LlamaGenTransformer.from_pretrained(folder / "gpt", device=device or "cpu", dtype=dtype)
+    return LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"))
+
+
 __all__ = [
     "SHIPPED_MODELS",
     "ShapeClassifier",
     "class_accuracy",
     "classifier_features",
     "frechet_distance",
+    "load_ar_target",
     "load_pipeline",
     "quiet_diffusers",
     "load_reference_classifier",
