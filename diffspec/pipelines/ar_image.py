@@ -43,7 +43,12 @@ class ARImagePipeline(SpeculativePipeline):
 
     def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig) -> None:
         super().__init__(pipe, config)
+        self._progress_bar_config: dict[str, Any] = {}
         self.enable()
+
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        """tqdm options of the per-call bar (diffusers' convention), e.g. ``disable=True``."""
+        self._progress_bar_config = dict(kwargs)
 
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig) -> ARImagePipeline:
@@ -64,7 +69,7 @@ class ARImagePipeline(SpeculativePipeline):
         with torch.no_grad():
             session = open_session(target, class_labels, prompt, guidance_scale, **conditions)
             desc = "plain" if plain else config.method
-            with progress(total=session.batch_size * n, desc=desc) as bar:
+            with progress(total=session.batch_size * n, **{"desc": desc, **self._progress_bar_config}) as bar:
                 if plain:
                     tokens = plain_sample(session, n, config.sampling, generator, self.stats, bar)
                 else:

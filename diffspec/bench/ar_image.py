@@ -1,0 +1,184 @@
+"""The ``ar-image`` suite: speculative Jacobi decoding against plain AR decoding with a KV cache.
+
+Workload: a class-conditional AR image target (the shipped ``tiny-ar`` or an AR model folder),
+classifier-free guidance, the same sampling settings in every arm. Arms: ``baseline`` (plain AR
+decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L64`` (SJD at the
+MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64) and
+``mc-sjd-gumbel``. Reported per arm: target calls per image and step compression (tokens per
+call) at the timed batch and over the quality set, wall-clock (interleaved, warmed up), and
+quality: reference FID and class accuracy of the decoded images, and for exact arms a
+token-histogram homogeneity test against the baseline (per position, Bonferroni). The model
+block carries the target's per-token entropy at the sampling settings, so acceptance figures
+can be read against how peaked the model is.
+
+Example:
+    >>> doc = run_ar_image("tiny-ar", quality_samples=200, repeats=1)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..api import SpeculativePipeline
+from ..progress import progress
+from .timing import Arm, latency_summary, machine_info, time_arms
+
+ARMS: dict[str, dict[str, Any]] = {
+    "sjd": {"method": "sjd"},
+    "sjd-L64": {"method": "sjd", "window": 64},
+    "mc-sjd": {"method": "mc-sjd", "coupling": "maximal"},
+    "mc-sjd-gumbel": {"method": "mc-sjd", "coupling": "gumbel"},
+}
+QUALITY_CHUNK = 250
+
+
+def token_homogeneity(a: torch.Tensor, b: torch.Tensor, vocab: int, min_count: float = 5.0) -> dict[str, Any]:
+    """Per-position chi-square homogeneity of two token samples ``(n, N)``, Bonferroni over positions.
+
+    Cells with fewer than ``min_count`` tokens in both samples together are pooled. Returns the
+    smallest per-position p-value, the corrected p-value and ``passed`` (at 0.01).
+    """
+    ca = torch.zeros(a.shape[1], vocab, dtype=torch.float64).scatter_add_(1, a.T.cpu(), torch.ones(a.T.shape).double())
+    cb = torch.zeros(b.shape[1], vocab, dtype=torch.float64).scatter_add_(1, b.T.cpu(), torch.ones(b.T.shape).double())
+    pvals = []
+    for row_a, row_b in zip(ca, cb):  # one position at a time: N small tables
+        big = (row_a + row_b) >= min_count
+        table = torch.stack([torch.cat([row_a[big], row_a[~big].sum()[None]]),
+                             torch.cat([row_b[big], row_b[~big].sum()[None]])])
+        table = table[:, table.sum(0) > 0]
+        if table.shape[1] < 2:
+            pvals.append(1.0)
+            continue
+        expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
+        stat = ((table - expected) ** 2 / expected).sum()
+        dof = torch.tensor(float(table.shape[1] - 1), dtype=torch.float64)
+        pvals.append(float(torch.special.gammaincc(dof / 2, stat / 2)))
+    smallest = min(pvals)
+    corrected = min(1.0, smallest * len(pvals))
+    return {"min_p": smallest, "bonferroni_p": corrected, "positions": len(pvals), "passed": corrected > 0.01}
+
+
+def _entropy(target: Any, tokens: torch.Tensor, labels: torch.Tensor, guidance: float,
+             sampling: dict[str, Any]) -> dict[str, float]:
+    """Per-token entropy of the target's sampling law along sampled sequences (one teacher-forced call)."""
+    from ..ar_image.sampling import warp
+
+    session = target.start(class_labels=labels, guidance_scale=guidance)
+    logits = torch.cat([session.first_logits[:, None], session.step(tokens[:, :-1], torch.zeros_like(labels))], 1)
+    p = warp(logits, **sampling).clamp_min(0)
+    logp = p.clamp_min(1e-30).log()
+    entropy, top1 = -(p * logp).sum(-1).flatten().double(), p.amax(-1).flatten().double()
+    return {"mean_entropy_nats": round(float(entropy.mean()), 4), "median_top1_prob": round(float(top1.median()), 4),
+            "frac_top1_gt_0_9": round(float((top1 > 0.9).double().mean()), 4),
+            "frac_top1_lt_0_05": round(float((top1 < 0.05).double().mean()), 4)}
+
+
+def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, device: str | None = None,
+                 dtype: str | None = None, batch: int | None = None, repeats: int = 3, warmup: int = 1,
+                 quality_samples: int = 1000, guidance_scale: float = 2.0, overrides: dict[str, Any] | None = None,
+                 show_progress: bool = True, **_: Any) -> dict[str, Any]:
+    """Run the suite and return the JSON document (DESIGN.md section 5).
+
+    ``overrides`` (``--set``) apply to every speculative arm (e.g. ``window=32``, ``top_k=100``,
+    ``temperature=0.9``); sampling settings also apply to the baseline, so every arm samples the
+    same law.
+    """
+    from ..ar_image.config import MCSJDConfig
+    from ..models import class_accuracy, load_ar_target, reference_fid
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    names = list(methods or ARMS)
+    unknown = [m for m in names if m not in ARMS]
+    if unknown:
+        raise ValueError(f"ar-image: unknown method(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    if quality_samples < 2:
+        raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
+    target = load_ar_target(model, device=dev, dtype=getattr(torch, dtype) if dtype else None)
+    n, vocab, batch = target.num_tokens, target.codebook_size, batch or 1
+    overrides = dict(overrides or {})
+    sampling = MCSJDConfig().replace(**{k: v for k, v in overrides.items() if k in ("temperature", "top_k", "top_p")})
+    specs = {}
+    for name in names:
+        arm = {k: v for k, v in ARMS[name].items() if k != "method"}
+        specs[name] = SpeculativePipeline.from_pipe(target, method=ARMS[name]["method"], **{**arm, **overrides})
+    baseline = SpeculativePipeline.from_pipe(target, method="sjd", **{k: overrides[k] for k in overrides
+                                                                      if k in ("temperature", "top_k", "top_p")})
+    for spec in (baseline, *specs.values()):
+        spec.set_progress_bar_config(disable=True)
+
+    def call(spec: Any, seeds: list[int], plain: bool) -> torch.Tensor:
+        run = spec.plain if plain else spec
+        gens = [torch.Generator(dev).manual_seed(s) for s in seeds]
+        return run(class_labels=[s % 10 for s in seeds], guidance_scale=guidance_scale, generator=gens,
+                   output_type="tokens").tokens
+
+    arms = [Arm("baseline", lambda seeds: call(baseline, seeds, True), config={"decoding": "plain AR, KV cache",
+                                                                               **sampling.sampling})]
+    arms += [Arm(m, lambda seeds, s=s: call(s, seeds, False), config=s.config.to_dict()) for m, s in specs.items()]
+    stats_of = {"baseline": baseline, **specs}
+    timed = list(range(batch))
+    calls_of: dict[str, dict[str, Any]] = {}
+    with torch.inference_mode():
+        for arm in arms:  # untimed pass at the timed batch: calls and compression
+            arm.run(timed)
+            s = stats_of[arm.name].stats
+            calls_of[arm.name] = {"target_calls": s.target_calls, "target_evals": s.target_evals,
+                                  "step_compression": round(n / s.target_calls, 3),
+                                  "tokens_per_call": s.extra.get("tokens_per_call"),
+                                  "acceptance_rate": round(s.acceptance_rate, 4)}
+        time_arms(arms, timed, device=dev, repeats=repeats, warmup=warmup, show_progress=show_progress)
+        tokens, quality_calls = {}, {}
+        for i, arm in enumerate(arms):  # independent seeds per arm (the homogeneity test needs independence)
+            seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples))
+            chunks, calls = [], 0
+            for c in progress(range(0, quality_samples, QUALITY_CHUNK), desc=f"quality {arm.name}",
+                              disable=not show_progress):
+                chunks.append(arm.run(seeds[c: c + QUALITY_CHUNK]))
+                calls += stats_of[arm.name].stats.target_calls
+            tokens[arm.name] = torch.cat(chunks).cpu()
+            quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
+                                       "step_compression_per_chunk": round(n * len(chunks) / calls, 3)}
+        base = tokens["baseline"]
+        labels = torch.tensor([s % 10 for s in range(10_000, 10_000 + min(quality_samples, 256))], device=dev)
+        entropy = _entropy(target, base[: len(labels)].to(dev), labels, guidance_scale, sampling.sampling)
+        base_median = latency_summary(arms[0].times)["median"]
+        runs = []
+        for i, arm in enumerate(arms):
+            images = target.decode_tokens(tokens[arm.name].to(dev)).float().cpu()
+            arm_labels = torch.tensor([s % 10 for s in range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples)])
+            quality: dict[str, Any] = {"fid": round(reference_fid(images), 3),
+                                       "accuracy": round(class_accuracy(images, arm_labels), 4),
+                                       "psnr": None, "ssim": None, "lpips": None, "exact": True,
+                                       **quality_calls[arm.name]}
+            if arm.name != "baseline":
+                quality["token_two_sample"] = token_homogeneity(base, tokens[arm.name], vocab)
+            latency = latency_summary(arm.times)
+            runs.append({"method": arm.name, "peer": False, "config": arm.config, "latency_s": latency,
+                         **calls_of[arm.name], "peak_mem_gb": arm.peak_mem_gb,
+                         "speedup_vs_baseline": round(base_median / latency["median"], 3), "quality": quality})
+    return {
+        "suite": "ar-image",
+        "machine": machine_info(dev),
+        "model": {"name": model, "params": sum(p.numel() for p in target.model.parameters()),
+                  "dtype": dtype or "float32", "weights": "trained" if model == "tiny-ar" else "given",
+                  "codebook_size": vocab, "grid": list(target.grid), "token_entropy": entropy},
+        "workload": {"tokens": n, "batch": batch, "seeds": timed, "guidance_scale": guidance_scale,
+                     "sampling": sampling.sampling, "quality_samples": quality_samples, "repeats": repeats,
+                     "warmup": warmup, "quality_chunk": QUALITY_CHUNK},
+        "runs": runs,
+        "peers_not_run": {
+            "official SJD (tyshiwo1/Accelerating-T2I-AR-with-SJD)": "scripts are written for Lumina-mGPT/Emu3/"
+            "LlamaGen/Anole hub checkpoints on CUDA (pinned transformers 4.47); no hub and no GPU here",
+            "official MC-SJD / SCD (junhyukso/SCD)": "scripts for Lumina-mGPT 1.0, Janus-Pro and Cosmos-1 hub "
+            "checkpoints on CUDA (transformers 4.48); no hub and no GPU here",
+        },
+        "notes": [
+            "target_calls: sequential target calls for the timed batch (the prefill counts as one); "
+            "step_compression = tokens generated / target calls; a CFG call evaluates 2 rows (target_evals).",
+            "quality.token_two_sample: per-position chi-square homogeneity of the arm's tokens against the "
+            "baseline's on independent seeds, Bonferroni over positions; exact arms must pass.",
+            "model.token_entropy: the sampling law (after CFG and warpers) along baseline samples.",
+        ],
+    }

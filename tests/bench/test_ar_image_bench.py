@@ -1,0 +1,49 @@
+"""The ar-image benchmark suite on a tiny random-weight AR model folder (structure, counting, test power)."""
+
+from __future__ import annotations
+
+import torch
+
+from diffspec.ar_image.llamagen import LlamaGenTransformer
+from diffspec.ar_image.llamagen_config import LlamaGenConfig
+from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
+from diffspec.bench import run_bench
+from diffspec.bench.ar_image import token_homogeneity
+
+
+def _model_folder(tmp_path):
+    torch.manual_seed(0)
+    config = LlamaGenConfig(dim=32, n_layer=2, n_head=2, vocab_size=16, num_classes=10, block_size=16, multiple_of=16)
+    LlamaGenTransformer(config).eval().save_pretrained(tmp_path / "m" / "gpt")
+    vq = PatchVQ(PatchVQConfig(image_size=32, patch_size=8, codebook_size=16), torch.rand(16, 3 * 8 * 8) * 2 - 1)
+    vq.save_pretrained(tmp_path / "m" / "tokenizer")
+    return tmp_path / "m"
+
+
+def test_ar_image_suite_json(tmp_path):
+    out = tmp_path / "ar.json"
+    doc = run_bench("ar-image", out=out, model=str(_model_folder(tmp_path)), methods=["sjd", "mc-sjd"], repeats=1,
+                    warmup=0, quality_samples=12, show_progress=False)
+    assert out.is_file() and doc["suite"] == "ar-image"
+    runs = {r["method"]: r for r in doc["runs"]}
+    assert list(runs) == ["baseline", "sjd", "mc-sjd"]
+    assert runs["baseline"]["target_calls"] == 16 and runs["baseline"]["step_compression"] == 1.0
+    for name in ("sjd", "mc-sjd"):
+        assert 1 <= runs[name]["target_calls"] <= 16
+        assert runs[name]["quality"]["token_two_sample"]["positions"] == 16
+        assert runs[name]["quality"]["exact"] is True
+    assert doc["model"]["grid"] == [4, 4] and 0 < doc["model"]["token_entropy"]["mean_entropy_nats"] < 2.8
+    assert doc["peers_not_run"]
+
+
+def test_token_homogeneity_has_power():
+    g = torch.Generator().manual_seed(0)
+    law = torch.softmax(torch.randn(8, 6, generator=g), -1)
+    a = torch.multinomial(law, 2000, replacement=True, generator=g).T
+    b = torch.multinomial(law, 2000, replacement=True, generator=g).T
+    assert token_homogeneity(a, b, 6)["passed"]
+    biased = law.clone()
+    biased[3] = torch.softmax(biased[3].log() + torch.tensor([0.4, 0, 0, 0, 0, 0]), -1)
+    c = torch.multinomial(biased, 2000, replacement=True, generator=g).T
+    report = token_homogeneity(a, c, 6)
+    assert not report["passed"] and report["bonferroni_p"] < 1e-3
