@@ -81,12 +81,13 @@ def noise_generator(x: torch.Tensor, seed: int | None) -> torch.Generator:
     return generator
 
 
-def block_layout(traj: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def block_layout(traj: torch.Tensor, batch: int, depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Place rows in blocks of ``batch``: row ``r`` (the ``k``-th of trajectory ``t``) goes to slot ``k * batch + t``.
 
     Args:
         traj: ``(R,)`` long, the trajectory of each row.
         batch: the latent batch size.
+        depth: the most rows of one trajectory, if the caller already read it (else one host read here).
 
     Returns:
         ``(source, slot)``: ``source`` ``(depth * batch,)`` the row that fills each slot (empty slots
@@ -98,7 +99,7 @@ def block_layout(traj: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Te
     """
     rows = traj.numel()
     counts = torch.bincount(traj, minlength=batch)
-    depth = int(counts.max())  # host read: the call's row count
+    depth = int(counts.max()) if depth is None else depth  # the call's row count
     order = torch.sort(traj, stable=True).indices
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.empty_like(traj)
@@ -115,12 +116,15 @@ def _denoiser(model: Callable[..., torch.Tensor], kernel: SigmaTransition, extra
     """``denoise(x, steps, traj)`` for the speculative sampler: one ComfyUI model call in block layout."""
 
     def denoise(x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor) -> torch.Tensor:
-        source, slot = block_layout(traj.to(x.device), batch)
-        rows, step_rows = x[source], steps.to(x.device)[source]
-        out = model(rows, kernel.sigmas[step_rows], **extra_args)
+        traj, steps = traj.to(x.device), steps.to(x.device)
+        # one host read: the call's rows per trajectory and its earliest step (block 0 holds each
+        # trajectory's current state, the first of its rows, so that is where ComfyUI's preview looks)
+        depth, i = torch.stack([torch.bincount(traj, minlength=batch).max(), steps.min()]).tolist()
+        source, slot = block_layout(traj, batch, depth)
+        rows = x[source]
+        out = model(rows, kernel.sigmas[steps[source]], **extra_args)
         stats.extra["padded_rows"] = stats.extra.get("padded_rows", 0) + source.numel() - x.shape[0]
-        if callback is not None:  # ComfyUI's preview / progress: block 0 holds each trajectory's current state
-            i = int(step_rows[:batch].min())
+        if callback is not None:
             callback({"x": rows[:batch], "i": i, "sigma": kernel.sigmas[i], "sigma_hat": kernel.sigmas[i],
                       "denoised": out[:batch]})
         return out[slot]

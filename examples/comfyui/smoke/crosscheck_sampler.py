@@ -63,13 +63,15 @@ def main() -> None:
         for kind, eta, s_noise in (("euler_ancestral", 1.0, 1.0), ("euler_ancestral", 0.6, 0.8), ("ddpm", 1.0, 1.0)):
             comfy_fn = getattr(k_sampling, f"sample_{kind}")
             kw = {"eta": eta, "s_noise": s_noise} if kind == "euler_ancestral" else {}
-            noise = lambda seed, m: torch.randn(m, 8, generator=torch.Generator().manual_seed(seed)) * sigmas[0]  # noqa: E731
+            def noise(seed: int, m: int, scale: float = float(sigmas[0])) -> torch.Tensor:
+                return torch.randn(m, 8, generator=torch.Generator().manual_seed(seed)) * scale
+
             model = Mixture(flow)
             ref = comfy_fn(model, noise(3, 64), sigmas, extra_args={"seed": 7}, disable=True, **kw)
             plain = sample_speculative(model, noise(3, 64), sigmas, {"seed": 7}, disable=True, kind=kind,
                                        lookahead=1, adaptive=False, eta=eta, s_noise=s_noise)
             comfy_big = comfy_fn(model, noise(1, n), sigmas, extra_args={"seed": 11}, disable=True, **kw)
-            run, start = SpeculativeRun(), time.perf_counter()
+            run = SpeculativeRun()
             spec = sample_speculative(Mixture(flow), noise(2, n), sigmas, {"seed": 12}, disable=True, kind=kind,
                                       lookahead=4, eta=eta, s_noise=s_noise, run=run)
             test = same_law(comfy_big, spec)
