@@ -4,25 +4,15 @@
 ``plain`` (ComfyUI's own ``KSamplerSelect`` sampler of the same name instead of the diffspec node),
 ``specN`` (the diffspec node with lookahead N; ``spec1`` has adaptive off, i.e. the plain sampler's
 path through the node). Saves each latent (SaveLatent) and prints status, execution time, the stats
-line and the latent file. Talks to 127.0.0.1:8199 unless COMFY_URL is set.
+line and the latent file. Talks to 127.0.0.1:8199 unless ``COMFY_URL`` is set.
 """
 
 import copy
 import json
-import os
 import sys
-import time
-import urllib.request
-import uuid
 from pathlib import Path
 
-URL = os.environ.get("COMFY_URL", "http://127.0.0.1:8199")
-
-
-def call(path: str, data: dict | None = None) -> dict:
-    body = None if data is None else json.dumps(data).encode()
-    request = urllib.request.Request(URL + path, data=body, headers={"Content-Type": "application/json"})
-    return json.loads(urllib.request.urlopen(request).read())
+from queue_variants import queue  # the same folder
 
 
 def variant(workflow: dict, name: str, steps: int, seed: int, batch: int) -> dict:
@@ -49,21 +39,9 @@ def main() -> None:
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 42
     batch = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     for name in sys.argv[2].split(","):
-        prompt = variant(workflow, name, steps, seed, batch)
-        prompt_id = call("/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})["prompt_id"]
-        while prompt_id not in (history := call(f"/history/{prompt_id}")):
-            time.sleep(1)
-        entry = history[prompt_id]
-        events = {m[0]: m[1] for m in entry["status"]["messages"]}
-        end = events.get("execution_success") or events.get("execution_error") or events["execution_start"]
-        outputs = entry["outputs"]
-        print(name, json.dumps({
-            "status": entry["status"]["status_str"],
-            "exec_s": (end["timestamp"] - events["execution_start"]["timestamp"]) / 1000,
-            "latent": [i["filename"] for i in outputs.get("14", {}).get("latents", [])],
-            "stats": outputs.get("10", {}).get("text", [""])[0].split("\n")[0],
-            "error": events.get("execution_error", {}).get("exception_message"),
-        }), flush=True)
+        result = queue(variant(workflow, name, steps, seed, batch), images="12", stats="10")
+        result["latent"] = [i["filename"] for i in result.pop("outputs").get("14", {}).get("latents", [])]
+        print(name, json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
