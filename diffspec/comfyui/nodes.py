@@ -7,8 +7,7 @@
 - ``diffspec Forecast Stats``: after sampling, the full / forecast model calls of the MODEL's latest
   run as a STRING (and in the node's UI); its LATENT passes through.
 
-A speculative (exact coupling) SAMPLER node is not offered: diffspec does not implement the
-``coupling`` method yet.
+The exact speculative SAMPLER node is in :mod:`diffspec.comfyui.sampler_nodes`.
 """
 
 from __future__ import annotations
@@ -131,7 +130,25 @@ def stats_text(model: Any) -> str:
     return forecast.summary() + "\n" + json.dumps(data, indent=1, default=str)
 
 
-class ForecastStats:
+_SAMPLES = ("LATENT", {"tooltip": "The sampler's output (runs this node after sampling)."})
+
+
+class StatsNode:
+    """What the statistics nodes share: (source, LATENT) -> (LATENT, STRING), shown in the node's UI."""
+
+    RETURN_TYPES = ("LATENT", "STRING")
+    RETURN_NAMES = ("samples", "stats")
+    FUNCTION = "report"
+    CATEGORY = CATEGORY
+    OUTPUT_NODE = True
+
+    @staticmethod
+    def output(text: str, samples: Any) -> dict[str, Any]:
+        """``{"ui": {"text": [text]}, "result": (samples, text)}``."""
+        return {"ui": {"text": [text]}, "result": (samples, text)}
+
+
+class ForecastStats(StatsNode):
     """Reports the full / forecast model calls of the MODEL's latest sampling run.
 
     Connect the MODEL the sampler used and the sampler's LATENT output (which orders this node after
@@ -142,20 +159,14 @@ class ForecastStats:
     def INPUT_TYPES(cls) -> dict[str, Any]:  # noqa: N802 (ComfyUI's name)
         return {"required": {
             "model": ("MODEL", {"tooltip": "The forecast-patched MODEL given to the sampler."}),
-            "samples": ("LATENT", {"tooltip": "The sampler's output (runs this node after sampling)."}),
+            "samples": _SAMPLES,
         }}
 
-    RETURN_TYPES = ("LATENT", "STRING")
-    RETURN_NAMES = ("samples", "stats")
-    FUNCTION = "report"
-    CATEGORY = CATEGORY
-    OUTPUT_NODE = True
     DESCRIPTION = "Full vs forecast model calls of the latest run of a diffspec-patched MODEL."
 
     def report(self, model: Any, samples: Any) -> dict[str, Any]:
         """``{"ui": {"text": [stats]}, "result": (samples, stats)}``."""
-        text = stats_text(model)
-        return {"ui": {"text": [text]}, "result": (samples, text)}
+        return self.output(stats_text(model), samples)
 
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {

@@ -194,8 +194,19 @@ class GaussianTransition:
         Raises:
             ValueError: a deterministic step before a stochastic one.
         """
-        positive = (self.std > 0).tolist()
-        n = positive.index(False) if False in positive else len(positive)
-        if any(positive[n:]):
-            raise ValueError(f"{self.name}: step {n} is deterministic but later steps are not; cannot speculate")
-        return n
+        return stochastic_prefix(self.std, self.name)
+
+
+def stochastic_prefix(std: torch.Tensor, name: str) -> int:
+    """Leading steps of a std table with ``std > 0``; ``ValueError`` if a deterministic step comes before a
+    stochastic one (``name`` names the sampler in the message).
+
+    Example:
+        >>> stochastic_prefix(torch.tensor([0.5, 0.2, 0.0]), "toy")
+        2
+    """
+    positive = (std > 0).tolist()
+    n = positive.index(False) if False in positive else len(positive)
+    if any(positive[n:]):
+        raise ValueError(f"{name}: step {n} is deterministic but later steps are not; cannot speculate")
+    return n

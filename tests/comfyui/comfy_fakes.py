@@ -287,3 +287,71 @@ def make_inputs(seed: int = 1, steps: int = 16) -> tuple[torch.Tensor, torch.Ten
 
 def toy_patcher(seed: int = 0, **kwargs: Any) -> FakeModelPatcher:
     return FakeModelPatcher(FakeBaseModel(ToyFlux(seed=seed, **kwargs).eval()))
+
+
+# ----------------------------------------------------------------------------- SAMPLER contract
+class FakeKSAMPLER:
+    """``comfy.samplers.KSAMPLER``'s surface: the function and the options it is called with."""
+
+    def __init__(self, sampler_function: Callable, extra_options: dict | None = None,
+                 inpaint_options: dict | None = None) -> None:
+        self.sampler_function = sampler_function
+        self.extra_options = extra_options or {}
+        self.inpaint_options = inpaint_options or {}
+
+    def run(self, model: Callable, noise: torch.Tensor, sigmas: torch.Tensor, seed: int,
+            callback: Callable | None = None, denoise_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Call the function as ``KSAMPLER.sample`` does (noise already scaled)."""
+        extra_args = {"model_options": {}, "seed": seed, "denoise_mask": denoise_mask}
+        return self.sampler_function(model, noise, sigmas, extra_args=extra_args, callback=callback, disable=True,
+                                     **self.extra_options)
+
+
+def fake_comfy_modules() -> dict[str, Any]:
+    """``sys.modules`` entries for ``comfy`` and ``comfy.samplers`` (use with ``mock.patch.dict``)."""
+    import types
+
+    comfy = types.ModuleType("comfy")
+    samplers = types.ModuleType("comfy.samplers")
+    samplers.KSAMPLER = FakeKSAMPLER
+    comfy.samplers = samplers
+    return {"comfy": comfy, "comfy.samplers": samplers}
+
+
+class EPS:
+    """Stands for ComfyUI's noise-prediction sampling type (``x = x0 + sigma * eps``)."""
+
+
+class CONST:
+    """Stands for ComfyUI's rectified-flow sampling type (``x = (1 - sigma) x0 + sigma * eps``)."""
+
+
+class MixtureDenoiser:
+    """ComfyUI's sampler-side model (``model(x, sigma_rows, **extra_args) -> x0``) for Gaussian-mixture data.
+
+    The data are an equal mixture of ``N(m_k, tau^2 I)``; the denoiser returns the exact posterior mean
+    ``E[x0 | x]`` at each row's sigma, for noise-prediction (``x = x0 + s eps``) or flow
+    (``x = (1 - s) x0 + s eps``) noising. ``model.inner_model.inner_model.model_sampling`` is an
+    :class:`EPS` or :class:`CONST`, where ComfyUI's samplers look. Counts calls and rows.
+    """
+
+    def __init__(self, flow: bool = False, dim: int = 8, tau: float = 0.5, offset: float = 0.0) -> None:
+        self.flow, self.tau, self.offset = flow, tau, offset
+        self.means = torch.stack([torch.full((dim,), 2.0), torch.full((dim,), -1.5)]).double()
+        sampling = CONST() if flow else EPS()
+        self.inner_model = type("Guider", (), {})()
+        self.inner_model.inner_model = type("BaseModel", (), {"model_sampling": sampling})()
+        self.calls, self.rows, self.sigma_rows = 0, 0, []
+
+    def __call__(self, x: torch.Tensor, sigma: torch.Tensor, **extra_args: Any) -> torch.Tensor:
+        self.calls += 1
+        self.rows += x.shape[0]
+        self.sigma_rows.append(sigma.clone())
+        s = sigma.double().view(-1, 1)
+        a = 1 - s if self.flow else torch.ones_like(s)
+        flat = x.double().flatten(1)
+        var = a**2 * self.tau**2 + s**2
+        logw = torch.stack([-((flat - a * m) ** 2).sum(1) / (2 * var[:, 0]) for m in self.means], 1)
+        post = torch.stack([m + a * self.tau**2 / var * (flat - a * m) for m in self.means], 1)
+        x0 = (logw.softmax(1).unsqueeze(-1) * post).sum(1) + self.offset
+        return x0.view(x.shape).to(x.dtype)

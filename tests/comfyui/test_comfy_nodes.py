@@ -28,7 +28,7 @@ from diffspec.comfyui.patching import wrapper_types
 from diffspec.config import ForecastConfig, SpecaConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-COMFY_TYPES = {"MODEL", "LATENT", "STRING", "INT", "FLOAT", "BOOLEAN"}
+COMFY_TYPES = {"MODEL", "LATENT", "STRING", "INT", "FLOAT", "BOOLEAN", "SAMPLER"}
 
 
 def _defaults(node_cls):
@@ -58,11 +58,13 @@ def test_v1_schema(key):
     assert sorted(params) == sorted(inputs["required"])  # ComfyUI calls FUNCTION with the inputs by name
 
 
-def test_node_list_and_no_fake_sampler():
+def test_node_list():
     assert set(NODE_DISPLAY_NAME_MAPPINGS.values()) == {
-        "diffspec SpecA Forecast", "diffspec Taylor Forecast", "diffspec Forecast Stats"}
+        "diffspec SpecA Forecast", "diffspec Taylor Forecast", "diffspec Forecast Stats",
+        "diffspec Speculative Sampler", "diffspec Sampler Stats"}
     assert set(NODE_CLASS_MAPPINGS) == set(NODE_DISPLAY_NAME_MAPPINGS)
-    assert all("SAMPLER" not in n.RETURN_TYPES for n in NODE_CLASS_MAPPINGS.values())  # coupling: not implemented
+    samplers = [k for k, n in NODE_CLASS_MAPPINGS.items() if "SAMPLER" in n.RETURN_TYPES]
+    assert samplers == ["DiffspecSpeculativeSampler"]  # tested in test_comfy_sampler.py
 
 
 @pytest.mark.parametrize("node_cls, method", [(TaylorForecast, "taylor"), (SpecaForecast, "speca")])

@@ -22,8 +22,8 @@ import diffspec
 print(sorted(module.NODE_CLASS_MAPPINGS), diffspec.__file__.startswith(path), "comfy" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['DiffspecForecastStats',", "'DiffspecSpecaForecast',",
-                                  "'DiffspecTaylorForecast']", "True", "False"]
+    assert out.stdout.split() == ["['DiffspecForecastStats',", "'DiffspecSamplerStats',", "'DiffspecSpecaForecast',",
+                                  "'DiffspecSpeculativeSampler',", "'DiffspecTaylorForecast']", "True", "False"]
 
 
 def test_pyproject_has_comfy_registry_metadata():

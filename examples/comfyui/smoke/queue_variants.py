@@ -3,18 +3,20 @@
 ``python queue_variants.py WORKFLOW.json baseline,taylor,speca [cfg] [seed] [unet_name]``; variants:
 ``baseline`` (no forecast node), ``baselineN`` (N steps), ``taylor`` / ``taylorN`` (interval N),
 ``speca`` (the workflow's own node). Adds a SaveLatent node, waits on ``/history`` and prints the
-status, execution time, saved image and the stats node's text. Talks to 127.0.0.1:8199 only.
+status, execution time, saved image and the stats node's text. Talks to 127.0.0.1:8199 unless
+``COMFY_URL`` is set.
 """
 
 import copy
 import json
+import os
 import sys
 import time
 import urllib.request
 import uuid
 from pathlib import Path
 
-URL = "http://127.0.0.1:8199"
+URL = os.environ.get("COMFY_URL", "http://127.0.0.1:8199")
 
 
 def call(path: str, data: dict | None = None) -> dict:
@@ -43,6 +45,26 @@ def variant(workflow: dict, name: str, cfg: float, seed: int, unet: str | None) 
     return w
 
 
+def queue(prompt: dict, images: str, stats: str) -> dict:
+    """Queue ``prompt``, wait for it, and summarise: status, execution seconds, the images of node
+    ``images``, the first line of node ``stats``'s text, the error message if any, and the outputs."""
+    prompt_id = call("/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})["prompt_id"]
+    while prompt_id not in (history := call(f"/history/{prompt_id}")):
+        time.sleep(1)
+    entry = history[prompt_id]
+    events = {m[0]: m[1] for m in entry["status"]["messages"]}
+    end = events.get("execution_success") or events.get("execution_error") or events["execution_start"]
+    outputs = entry["outputs"]
+    return {
+        "status": entry["status"]["status_str"],
+        "exec_s": (end["timestamp"] - events["execution_start"]["timestamp"]) / 1000,
+        "images": [i["filename"] for i in outputs.get(images, {}).get("images", [])],
+        "stats": outputs.get(stats, {}).get("text", [""])[0].split("\n")[0],
+        "error": events.get("execution_error", {}).get("exception_message"),
+        "outputs": outputs,
+    }
+
+
 def main() -> None:
     workflow = json.loads(Path(sys.argv[1]).read_text())
     names = sys.argv[2].split(",")
@@ -50,20 +72,9 @@ def main() -> None:
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 42
     unet = sys.argv[5] if len(sys.argv) > 5 else None
     for name in names:
-        prompt_id = call("/prompt", {"prompt": variant(workflow, name, cfg, seed, unet), "client_id": str(uuid.uuid4())})["prompt_id"]
-        while prompt_id not in (history := call(f"/history/{prompt_id}")):
-            time.sleep(1)
-        entry = history[prompt_id]
-        events = {m[0]: m[1] for m in entry["status"]["messages"]}
-        end = events.get("execution_success") or events.get("execution_error") or events["execution_start"]
-        outputs = entry["outputs"]
-        print(name, json.dumps({
-            "status": entry["status"]["status_str"],
-            "exec_s": (end["timestamp"] - events["execution_start"]["timestamp"]) / 1000,
-            "images": [i["filename"] for i in outputs.get("11", {}).get("images", [])],
-            "stats": outputs.get("9", {}).get("text", [""])[0].split("\n")[0],
-            "error": events.get("execution_error", {}).get("exception_message"),
-        }), flush=True)
+        result = queue(variant(workflow, name, cfg, seed, unet), images="11", stats="9")
+        result.pop("outputs")
+        print(name, json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
