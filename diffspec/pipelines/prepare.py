@@ -192,8 +192,9 @@ def prepare_sd3(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) 
         **{k: a[k] for k in names})
     latents = pipe.prepare_latents(embeds.shape[0], pipe.transformer.config.in_channels, height, width, embeds.dtype,
                                    device, a["generator"], a["latents"])
-    kernel = GaussianTransition(pipe.scheduler, a["num_inference_steps"], eta=eta, device=device,
-                                mu=_sd3_mu(pipe, a, latents))
+    mu = _sd3_mu(pipe, a, latents)
+    kernel = GaussianTransition(pipe.scheduler, a["num_inference_steps"], eta=eta, device=device, mu=mu)
+    pipe.scheduler.set_timesteps(a["num_inference_steps"], device=device, **({} if mu is None else {"mu": mu}))
     cfg = pipe.do_classifier_free_guidance
     negative = (neg_embeds, neg_pooled) if cfg else None
     denoise = sd3_denoiser(pipe, kernel.timesteps, (embeds, pooled), negative, a["guidance_scale"],
