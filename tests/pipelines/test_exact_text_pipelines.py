@@ -12,6 +12,7 @@ from diffusers import (
     DDPMScheduler,
     DPMSolverMultistepScheduler,
     FlowMatchEulerDiscreteScheduler,
+    LTXEulerAncestralRFScheduler,
     PixArtAlphaPipeline,
     PixArtSigmaPipeline,
     PixArtTransformer2DModel,
@@ -148,6 +149,16 @@ def test_sd3_flow_speculative_samples_have_the_plain_law(sd3, sd3_plain):
     samples = _latents(spec, sd3, FAST_N, 2, SD3_STEPS, 5.0)
     assert 0 < spec.stats.accepted < spec.stats.proposed, spec.stats
     report = same_law(sd3_plain, samples)
+    assert report["passed"], report
+
+
+def test_sd3_with_the_ltx_euler_ancestral_rf_scheduler_has_the_plain_law():
+    pipe = build_sd3(LTXEulerAncestralRFScheduler())
+    plain = _latents(SpeculativePipeline.from_pipe(pipe, method="coupling").plain, pipe, FAST_N, 1, SD3_STEPS, 5.0)
+    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4)
+    samples = _latents(spec, pipe, FAST_N, 2, SD3_STEPS, 5.0)
+    assert 0 < spec.stats.accepted < spec.stats.proposed, spec.stats
+    report = same_law(plain, samples)
     assert report["passed"], report
 
 
