@@ -93,7 +93,7 @@ class GaussianTransition:
         else:
             raise _deterministic_error(scheduler, "")
         self.timesteps = self.timesteps.to(device)
-        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale", "k_x", "k_out"):
+        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale", "k_x", "k_out", "k_div"):
             if hasattr(self, key):
                 setattr(self, key, getattr(self, key).to(device))
 
@@ -156,6 +156,8 @@ class GaussianTransition:
         """The predicted clean sample, clipped or thresholded as the scheduler does."""
         if hasattr(self, "k_out"):  # the SDE schedulers: x0 linear in (x, output)
             x0 = self._rows(self.k_x, steps, x) * x.float() + self._rows(self.k_out, steps, x) * model_output.float()
+            if hasattr(self, "k_div"):
+                x0 = x0 / self._rows(self.k_div, steps, x)
             return self.scheduler._threshold_sample(x0) if self.scheduler.config.get("thresholding", False) else x0
         if self.name == "EulerAncestralDiscreteScheduler":
             sigma = self._rows(self.sigma, steps, x)

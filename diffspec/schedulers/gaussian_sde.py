@@ -1,10 +1,9 @@
 """Transition tables of the flow-matching and DPM-Solver SDE schedulers, for :class:`GaussianTransition`.
 
-Each scheduler here samples ``x' = c_x x + c_x0 x0 + std z`` with ``x0 = k_x x + k_out out`` (``out``:
-the model output, linear in ``x`` at a step), i.e. an affine Gaussian transition whose std depends
+Each scheduler here samples ``x' = c_x x + c_x0 x0 + std z`` with ``x0 = (k_x x + k_out out) / k_div``
+(``out``: the model output; ``k_div`` only where the scheduler divides), i.e. an affine Gaussian transition whose std depends
 on the step only. :func:`sde_tables` reads the per-step coefficients off a scheduler whose
-``set_timesteps`` has run, exactly as its ``step()`` combines them (float32 tables; the
-coefficients are computed in float64 and rounded once).
+``set_timesteps`` has run, computed as its ``step()`` computes them (float32 tables).
 
 - ``FlowMatchEulerDiscreteScheduler(stochastic_sampling=True)``: ``x0 = x - s v``,
   ``x' = (1 - s') x0 + s' z``.
@@ -44,7 +43,7 @@ class DeterministicScheduler(ValueError):
 
 
 def sde_tables(scheduler: Any) -> dict[str, torch.Tensor]:
-    """Per-step ``(N,)`` float32 tables ``k_x, k_out`` (for ``x0``), ``c_x, c_x0`` (the mean) and ``std``.
+    """Per-step ``(N,)`` float32 tables ``k_x, k_out`` (and ``k_div``) for ``x0``, ``c_x, c_x0`` and ``std``.
 
     Args:
         scheduler: one of :data:`SDE_SCHEDULERS`, after ``set_timesteps``.
@@ -74,7 +73,7 @@ def _float32(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _flow_match(scheduler: Any) -> dict[str, torch.Tensor]:
     if not scheduler.config.get("stochastic_sampling", False):
         raise DeterministicScheduler("stochastic_sampling=False")
-    sig = scheduler.sigmas.double()
+    sig = scheduler.sigmas.float()
     sigma, nxt = sig[:-1], sig[1:]
     return _float32({**_flow_x0(sigma), "c_x": torch.zeros_like(sigma), "c_x0": 1 - nxt, "std": nxt})
 
@@ -109,12 +108,12 @@ def _dpm(scheduler: Any) -> dict[str, torch.Tensor]:
     if config.get("variance_type") in ("learned", "learned_range"):
         raise ValueError(f"variance_type={config.variance_type!r}: drop the learned-sigma channels before the "
                          "scheduler (the pipelines do) and leave variance_type=None")
-    sig = scheduler.sigmas.double()
+    sig = scheduler.sigmas.float()  # step() works in float32: mirror its rounding
     alpha, sigma_t = scheduler._sigma_to_alpha_sigma_t(sig)
     lam = alpha.log() - sigma_t.log()
     a_s, s_s, a_t, s_t = alpha[:-1], sigma_t[:-1], alpha[1:], sigma_t[1:]
     h = lam[1:] - lam[:-1]
-    k_x, k_out = _dpm_x0(config, sig[:-1], a_s, s_s)
+    x0_tables = _dpm_x0(config, sig[:-1], a_s, s_s)
     if algorithm == "sde-dpmsolver++":
         c_x = s_t / s_s * torch.exp(-h)
         c_x0 = a_t * (1 - torch.exp(-2.0 * h))
@@ -124,20 +123,20 @@ def _dpm(scheduler: Any) -> dict[str, torch.Tensor]:
         c_x = a_t / a_s - c_eps / s_s
         c_x0 = c_eps * a_s / s_s
         std = s_t * torch.sqrt(torch.expm1(2.0 * h))
-    return _float32({"k_x": k_x, "k_out": k_out, "c_x": c_x, "c_x0": c_x0, "std": std.nan_to_num(0.0)})
+    return _float32({**x0_tables, "c_x": c_x, "c_x0": c_x0, "std": std.nan_to_num(0.0)})
 
 
 def _dpm_x0(config: Any, sigma: torch.Tensor, alpha_s: torch.Tensor, sigma_s: torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x0 = k_x x + k_out out`` for the DPM-Solver prediction types (``convert_model_output``)."""
+            ) -> dict[str, torch.Tensor]:
+    """``x0 = (k_x x + k_out out) / k_div`` for the DPM-Solver prediction types (``convert_model_output``)."""
     prediction = config.prediction_type
     if prediction == "epsilon":
-        return 1 / alpha_s, -sigma_s / alpha_s
+        return {"k_x": torch.ones_like(sigma), "k_out": -sigma_s, "k_div": alpha_s}
     if prediction == "sample":
-        return torch.zeros_like(sigma), torch.ones_like(sigma)
+        return {"k_x": torch.zeros_like(sigma), "k_out": torch.ones_like(sigma)}
     if prediction == "v_prediction":
-        return alpha_s, -sigma_s
+        return {"k_x": alpha_s, "k_out": -sigma_s}
     if prediction == "flow_prediction":
-        return torch.ones_like(sigma), -sigma
+        return _flow_x0(sigma)
     raise ValueError(f"prediction_type={prediction!r} is not supported; use epsilon, sample, v_prediction or "
                      "flow_prediction")
