@@ -29,14 +29,15 @@ def _gather(cond: dict[str, torch.Tensor | None], traj: torch.Tensor) -> dict[st
     return {k: None if v is None else v[traj] for k, v in cond.items()}
 
 
-def guided_denoiser(forward: Forward, timesteps: torch.Tensor, cond: dict[str, torch.Tensor | None],
+def guided_denoiser(forward: Forward, timesteps: torch.Tensor | None, cond: dict[str, torch.Tensor | None],
                     uncond: dict[str, torch.Tensor | None] | None, guidance_scale: float,
                     channels: int | None = None, cond_first: bool = False) -> Denoise:
     """The guided denoiser over per-trajectory conditioning tensors (first dimension: trajectory).
 
     Args:
         forward: the transformer call (see :data:`Forward`).
-        timesteps: ``(N,)`` the model timestep of each step index.
+        timesteps: ``(N,)`` the model timestep of each step index (or ``None``, then set later with the
+            returned function's ``set_timesteps(values)``).
         cond: conditional inputs per trajectory (``None`` values are passed as ``None``).
         uncond: unconditional inputs with the same keys, or ``None`` for no guidance.
         guidance_scale: ``uncond + scale * (cond - uncond)``.
@@ -47,8 +48,10 @@ def guided_denoiser(forward: Forward, timesteps: torch.Tensor, cond: dict[str, t
         A :data:`Denoise` returning float32 outputs.
     """
 
+    table = {"timesteps": timesteps}
+
     def denoise(model_input: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor) -> torch.Tensor:
-        t = timesteps[steps]
+        t = table["timesteps"][steps]
         kwargs = _gather(cond, traj)
         if uncond is not None:
             other = _gather(uncond, traj)
@@ -63,10 +66,12 @@ def guided_denoiser(forward: Forward, timesteps: torch.Tensor, cond: dict[str, t
             out = uncond_out + guidance_scale * (cond_out - uncond_out)
         return out
 
+    denoise.set_timesteps = lambda values: table.update(timesteps=values)  # type: ignore[attr-defined]
     return denoise
 
 
-def dit_denoiser(pipe: Any, class_labels: torch.Tensor, guidance_scale: float, timesteps: torch.Tensor) -> Denoise:
+def dit_denoiser(pipe: Any, class_labels: torch.Tensor, guidance_scale: float,
+                 timesteps: torch.Tensor | None = None) -> Denoise:
     """``DiTPipeline``: rows ``[cond, null class 1000]`` under guidance, learned-sigma channels dropped."""
     transformer = pipe.transformer
 
