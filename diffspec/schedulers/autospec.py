@@ -54,6 +54,7 @@ class AutospecSampler(SpeculativeSampler):
         frozen = torch.zeros_like(x, dtype=torch.float32)
         fresh = torch.zeros(batch, dtype=torch.bool)  # frozen holds x0 at the current root (host)
         lookahead = torch.full((batch,), self.config.lookahead, dtype=torch.long)  # per trajectory (host)
+        self.state = x  # the committed states, updated in place each round (read by callbacks)
         while bool((n < n_stoch).any()):
             stale = ((n < n_stoch) & ~fresh).nonzero().flatten()
             if stale.numel():  # roots not evaluated yet (start, or a corrected state): one batched call

@@ -8,7 +8,10 @@ deviation, with no state. It is what exact speculative samplers verify against.
 
 Supported (the transition must be Gaussian with a std that depends on the step only):
 ``DDPMScheduler`` (``fixed_small``, ``fixed_small_log``, ``fixed_large`` variance),
-``DDIMScheduler`` with ``eta > 0`` and ``EulerAncestralDiscreteScheduler``.
+``DDIMScheduler`` with ``eta > 0``, ``EulerAncestralDiscreteScheduler`` and the flow-matching /
+DPM-Solver SDE schedulers of :mod:`~diffspec.schedulers.gaussian_sde`
+(``FlowMatchEulerDiscreteScheduler(stochastic_sampling=True)``, ``LTXEulerAncestralRFScheduler``,
+first-order ``sde-dpmsolver++``).
 
 Example:
     >>> from diffusers import DDPMScheduler
@@ -25,7 +28,9 @@ from typing import Any
 
 import torch
 
-SUPPORTED = ("DDPMScheduler", "DDIMScheduler (eta > 0)", "EulerAncestralDiscreteScheduler")
+from .gaussian_sde import SDE_SCHEDULERS, SDE_SUPPORTED, DeterministicScheduler, sde_tables
+
+SUPPORTED = ("DDPMScheduler", "DDIMScheduler (eta > 0)", "EulerAncestralDiscreteScheduler", *SDE_SUPPORTED)
 DDPM_VARIANCES = ("fixed_small", "fixed_small_log", "fixed_large")
 
 
@@ -45,6 +50,8 @@ class GaussianTransition:
         num_inference_steps: the sampler's number of steps.
         eta: DDIM's noise level (the sampler's, since DDIM takes it per call); ignored otherwise.
         device: where the tables live.
+        mu: the resolution shift of flow-matching schedulers with ``use_dynamic_shifting``
+            (passed to ``set_timesteps`` as the pipeline does).
 
     Attributes:
         timesteps: ``(N,)`` the model timestep of each step index.
@@ -56,14 +63,14 @@ class GaussianTransition:
     """
 
     def __init__(self, scheduler: Any, num_inference_steps: int, *, eta: float = 1.0,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", mu: float | None = None) -> None:
         name = type(scheduler).__name__
         config = scheduler.config
         prediction = config.get("prediction_type", "epsilon")
-        if prediction not in ("epsilon", "sample", "v_prediction"):
+        if prediction not in ("epsilon", "sample", "v_prediction") and name not in SDE_SCHEDULERS:
             raise ValueError(f"prediction_type={prediction!r} is not supported; use epsilon, sample or v_prediction")
         self.scheduler = copy.deepcopy(scheduler)
-        self.scheduler.set_timesteps(num_inference_steps, device="cpu")
+        self.scheduler.set_timesteps(num_inference_steps, device="cpu", **({} if mu is None else {"mu": mu}))
         self.name, self.prediction, self.eta = name, prediction, eta
         self.num_steps = num_inference_steps
         self.timesteps = self.scheduler.timesteps.clone()
@@ -77,10 +84,16 @@ class GaussianTransition:
             if prediction == "sample":
                 raise ValueError("EulerAncestralDiscreteScheduler does not support prediction_type='sample'")
             self._euler_tables()
+        elif name in SDE_SCHEDULERS:
+            try:
+                for key, table in sde_tables(self.scheduler).items():
+                    setattr(self, key, table)
+            except DeterministicScheduler as err:
+                raise _deterministic_error(scheduler, f" with {err}" if str(err) != name else "") from None
         else:
             raise _deterministic_error(scheduler, "")
         self.timesteps = self.timesteps.to(device)
-        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale"):
+        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale", "k_x", "k_out", "k_div"):
             if hasattr(self, key):
                 setattr(self, key, getattr(self, key).to(device))
 
@@ -141,6 +154,11 @@ class GaussianTransition:
 
     def x0(self, x: torch.Tensor, steps: torch.Tensor, model_output: torch.Tensor) -> torch.Tensor:
         """The predicted clean sample, clipped or thresholded as the scheduler does."""
+        if hasattr(self, "k_out"):  # the SDE schedulers: x0 linear in (x, output)
+            x0 = self._rows(self.k_x, steps, x) * x.float() + self._rows(self.k_out, steps, x) * model_output.float()
+            if hasattr(self, "k_div"):
+                x0 = x0 / self._rows(self.k_div, steps, x)
+            return self.scheduler._threshold_sample(x0) if self.scheduler.config.get("thresholding", False) else x0
         if self.name == "EulerAncestralDiscreteScheduler":
             sigma = self._rows(self.sigma, steps, x)
             x = x.float()

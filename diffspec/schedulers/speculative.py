@@ -135,6 +135,7 @@ class SpeculativeSampler:
             target = self._target(x, steps, traj_all)
             frozen = self._frozen(target, x)
             x = (target.mean + self._std(steps, x) * self._noise(x, generator, torch.arange(batch))).to(dtype)
+            self.state = x  # the committed states, updated in place each round (read by callbacks)
             n = torch.ones(batch, dtype=torch.long)  # committed step per trajectory, kept on the host
             lookahead = torch.full((batch,), self.config.lookahead, dtype=torch.long)  # per trajectory (host)
             while bool((n < n_stoch).any()):

@@ -26,13 +26,7 @@ from diffspec.stats import SpecStats
 N = 1000
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Large batches of tiny ops: one intra-op thread is faster and immune to oversubscription."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
 
 
 @pytest.fixture(scope="module")
