@@ -374,8 +374,8 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         doc["notes"].append("equal_evals: each arm runs at the setting its search kept for budget_evals (see "
                             "equal_evals.rule); over_budget marks an arm whose counted evals exceed the budget.")
     if dev.type == "cpu":
-        doc["wall_clock_caveat"] = ("CPU timings: latency depends on the machine's load at the time (shared CPUs "
-                                    "are noisy); compare arms within this file only.")
+        doc["wall_clock_caveat"] = ("CPU timings: latency depends on the machine's load at the time, which this "
+                                    "suite does not check (shared CPUs are noisy); compare arms within this file only.")
     if skipped:
         doc["skipped"] = skipped
         doc["notes"].append("skipped: requested peers that could not run here, with the reason.")
