@@ -101,7 +101,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     doc = run_bench(args.suite, out=args.out, model=args.model, methods=methods, device=device, dtype=args.dtype,
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
-                    allow_cpu=args.allow_cpu)
+                    allow_cpu=args.allow_cpu, **({"budget_evals": args.budget_evals} if args.budget_evals else {}))
     print(headline(doc))
     print(markdown_table(doc))
     if args.out:
@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quality-samples", type=_positive, default=500)
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
     bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
+    bench.add_argument("--budget-evals", type=lambda v: [float(b) for b in v.split(",")], default=None,
+                       metavar="B[,B...]", help="dit-cache: tune every arm to these full-evaluation budgets "
+                       "(searched on calibration seeds) and compare them at equal evals")
     bench.add_argument("--out", type=Path, default=None, help="JSON file to write")
     bench.set_defaults(func=cmd_bench)
 

@@ -146,8 +146,13 @@ def _cached_list_lengths(transformer: nn.Module, layout: BlockLayout) -> list[in
     return [sum(lengths)] if layout.merged else lengths
 
 
-def cache_dit_configs(name: str, transformer: nn.Module, layout: BlockLayout) -> tuple[Any, Any, dict[str, Any]]:
-    """``(DBCacheConfig, calibrator config or None, departures from the defaults)`` for peer ``name``."""
+def cache_dit_configs(name: str, transformer: nn.Module, layout: BlockLayout,
+                      overrides: dict[str, Any] | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """``(DBCacheConfig, calibrator config or None, departures from the defaults)`` for peer ``name``.
+
+    ``overrides``: ``DBCacheConfig`` fields (``residual_diff_threshold``, ``max_warmup_steps``...) and,
+    for the calibrated peer, ``taylorseer_order``, applied last (the equal-budget search sets them).
+    """
     cache_dit = import_cache_dit()
     if name not in CACHE_DIT_PEERS:
         raise ValueError(f"unknown cache-dit peer {name!r}; choose one of {', '.join(CACHE_DIT_PEERS)}")
@@ -161,6 +166,13 @@ def cache_dit_configs(name: str, transformer: nn.Module, layout: BlockLayout) ->
     calibrator = None
     if name == "cache-dit-dbcache-taylorseer":
         calibrator = cache_dit.TaylorSeerCalibratorConfig(taylorseer_order=1)
+    for key, value in (overrides or {}).items():
+        target = calibrator if key == "taylorseer_order" else config
+        if target is None or not hasattr(target, key):
+            raise ValueError(f"cache-dit peer {name}: no setting {key!r} (a DBCacheConfig field, or "
+                             "taylorseer_order with the calibrator)")
+        setattr(target, key, value)
+        changed[key] = f"{value}: set by the caller"
     return config, calibrator, changed
 
 
@@ -258,11 +270,11 @@ class CacheDitCache:
     """
 
     def __init__(self, transformer: nn.Module, name: str, num_steps: int, *, pipe: Any = None,
-                 model: str | None = None) -> None:
+                 model: str | None = None, overrides: dict[str, Any] | None = None) -> None:
         self.cache_dit = import_cache_dit()
         self.transformer, self.name, self.num_steps, self.pipe = transformer, name, num_steps, pipe
         self.layout = block_layout(transformer, model)
-        self.cache_config, self.calibrator_config, self.changed = cache_dit_configs(name, transformer, self.layout)
+        self.cache_config, self.calibrator_config, self.changed = cache_dit_configs(name, transformer, self.layout, overrides)
         self.stats = CacheDitStats()
         self._adapter: Any = None
         self._snapshot: _AttributeSnapshot | None = None

@@ -166,6 +166,17 @@ def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None
               forecast: ForecastConfig | None = None) -> Arm:
     """An arm for one of diffusers' cache hooks (``forecast``: ``taylor``'s config, for the tuned TaylorSeer)."""
     config = peer_cache_config(name, workload.steps, magcache_ratios, workload.transformer, forecast)
+    arm = diffusers_arm(workload, name, config)
+    if name == "diffusers-taylorseer-tuned":
+        f = forecast or ForecastConfig()
+        arm.config["matches"] = (f"taylor interval/order/warmup at {f.to_dict()}: "
+                                 f"{taylorseer_full_steps(config, workload.steps)} full steps vs taylor's "
+                                 f"{full_steps_of(f, workload.steps)}")
+    return arm
+
+
+def diffusers_arm(workload: Workload, name: str, config: Any) -> Arm:
+    """An arm running one diffusers cache ``config`` (a ``*CacheConfig``) on the workload."""
     cache = DiffusersCache(workload.transformer, config)
 
     def run(seeds: list[int]) -> torch.Tensor:
@@ -175,15 +186,10 @@ def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None
         finally:
             cache.end_generation()
 
-    described = config_dict(config)
-    if name == "diffusers-taylorseer-tuned":
-        f = forecast or ForecastConfig()
-        described["matches"] = (f"taylor interval/order/warmup at {f.to_dict()}: {taylorseer_full_steps(config, workload.steps)}"
-                                f" full steps vs taylor's {full_steps_of(f, workload.steps)}")
-    return Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=described)
+    return Arm(name, run, enable=cache.attach, disable=cache.detach, peer=True, config=config_dict(config))
 
 
-def cache_dit_arm(workload: Workload, name: str) -> Arm:
+def cache_dit_arm(workload: Workload, name: str, overrides: dict[str, Any] | None = None) -> Arm:
     """An arm for cache-dit's DBCache (``name`` in :data:`CACHE_DIT_PEERS`), attached once to check it fits.
 
     Raises:
@@ -191,7 +197,8 @@ def cache_dit_arm(workload: Workload, name: str) -> Arm:
         ValueError: cache-dit cannot cache this model (the message names it and what is supported).
     """
     pipe = getattr(workload, "pipe", None)
-    cache = CacheDitCache(workload.transformer, name, workload.steps, pipe=pipe, model=workload.name)
+    cache = CacheDitCache(workload.transformer, name, workload.steps, pipe=pipe, model=workload.name,
+                          overrides=overrides)
     try:
         cache.attach()
     except (AssertionError, TypeError, ValueError, AttributeError) as e:
@@ -269,6 +276,12 @@ def method_configs(overrides: dict[str, Any],
     return {m: classes[m]().replace(**per_method[m]) for m in classes}
 
 
+def _speca_thresholds(workload: Workload) -> dict[str, float]:
+    """``speca``'s thresholds as resolved for this workload (calibration file, else the fallback)."""
+    config = workload.method_arm("speca", SpecaConfig()).config
+    return {k: config[k] for k in ("tau0", "beta", "tau_min")}
+
+
 def _relative(path: str) -> str:
     """Paths inside the repository are reported relative to it (the JSON must not name this machine)."""
     from pathlib import Path
@@ -298,8 +311,11 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                   dtype: str | None = None, steps: int | None = None, batch: int | None = None, repeats: int = 3,
                   warmup: int = 1, quality_samples: int = 500, guidance_scale: float = 4.0,
                   overrides: dict[str, Any] | None = None, allow_cpu: bool = False,
-                  show_progress: bool = True) -> dict[str, Any]:
+                  show_progress: bool = True, budget_evals: list[float] | None = None) -> dict[str, Any]:
     """Run the ``dit-cache`` suite and return the JSON document (DESIGN.md section 5).
+
+    ``budget_evals``: the equal-budget mode (:mod:`diffspec.bench.equal_evals`): every arm's knobs are
+    searched on calibration seeds for each budget of full evaluations, then all are measured side by side.
 
     Example:
         >>> doc = run_dit_cache("tiny-dit", methods=["taylor"], repeats=1, quality_samples=20)  # doctest: +SKIP
@@ -320,9 +336,18 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
                              guidance_scale=guidance_scale)
     skipped: list[dict[str, str]] = []
-    arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
-    runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
-                    quality_chunk=max(batch, 50), show_progress=show_progress)
+    equal: dict[str, Any] | None = None
+    if budget_evals:
+        from .equal_evals import run_equal_evals
+
+        equal = run_equal_evals(workload, methods=methods, budgets=list(budget_evals), device=dev, repeats=repeats,
+                                warmup=warmup, quality_samples=quality_samples, show_progress=show_progress,
+                                resolve_speca=lambda: _speca_thresholds(workload))
+        runs, equal = equal["runs"], equal["equal_evals"]
+    else:
+        arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
+        runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
+                        quality_chunk=max(batch, 50), show_progress=show_progress)
     params = sum(p.numel() for p in workload.transformer.parameters())
     describe = workload.describe()
     describe.update(repeats=repeats, warmup=warmup,
@@ -344,6 +369,13 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
             "quality passes are untimed.",
         ],
     }
+    if equal is not None:
+        doc["equal_evals"] = equal
+        doc["notes"].append("equal_evals: each arm runs at the setting its search kept for budget_evals (see "
+                            "equal_evals.rule); over_budget marks an arm whose counted evals exceed the budget.")
+    if dev.type == "cpu":
+        doc["wall_clock_caveat"] = ("CPU timings: latency depends on the machine's load at the time, which this "
+                                    "suite does not check (shared CPUs are noisy); compare arms within this file only.")
     if skipped:
         doc["skipped"] = skipped
         doc["notes"].append("skipped: requested peers that could not run here, with the reason.")

@@ -22,6 +22,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
     for run in doc["runs"]:
         q = run["quality"]
         name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+        if "budget_evals" in run:
+            name += f" @{run['budget_evals']:g}" + (" (over budget)" if run.get("over_budget") else "")
         rows.append(
             f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
             f"{run['target_calls']}/{run.get('transformer_calls', run['target_calls'])} | {run['target_evals']:.1f} | "
@@ -38,6 +40,8 @@ def _exact_table(doc: dict[str, Any]) -> str:
         q = run["quality"]
         two = q.get("two_sample") or {}
         name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+        if "budget_evals" in run:
+            name += f" @{run['budget_evals']:g}" + (" (over budget)" if run.get("over_budget") else "")
         rows.append(
             f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | {run['target_calls']} | "
             f"{run['calls_speedup_vs_baseline']:.2f}x | {run['target_evals']:.1f} | "

@@ -39,12 +39,12 @@ class Workload:
         raise NotImplementedError
 
 
-def count_compute(workload: Workload, arm: Arm) -> tuple[list[int], torch.Tensor]:
-    """One untimed run of the timed workload with the compute counter; returns per-call units, output."""
+def count_compute(workload: Workload, arm: Arm, seeds: list[int] | None = None) -> tuple[list[int], torch.Tensor]:
+    """One untimed run (of the timed seeds, or ``seeds``) with the compute counter; returns per-call units, output."""
     arm.enable()
     try:
         with ComputeCounter(workload.transformer) as counter:
-            out = arm.run(workload.seeds)
+            out = arm.run(workload.seeds if seeds is None else seeds)
     finally:
         arm.disable()
     return list(counter.per_call), out

@@ -11,7 +11,10 @@ generation, a second generation with the same shapes compiles nothing new.
   one recompile per block and step). So while forecasting is attached, the compiled call is
   *borrowed*: taken off the block, and the block's own forward is compiled with the same
   ``torch.compile`` settings and run from the (eager) wrapper; detaching gives it back. The
-  decision logic stays outside every compiled region, so nothing breaks a graph.
+  decision logic stays outside every compiled region, so nothing breaks a graph. At
+  ``granularity="module"`` the forecast submodules (attention, feed-forward) are wrapped inside
+  the block, so the regions shrink to them: the block runs eagerly (norms, gates, residuals) and
+  each forecast submodule's own forward is compiled and run from its eager wrapper.
 - **Whole model**: ``transformer.compile()`` or ``pipe.transformer = torch.compile(pipe.transformer)``.
   The transformer's forward hooks (step planning, the one ``timestep`` host read, the verifier's
   decision) are excluded with ``torch.compiler.disable`` and run eagerly around the compiled
@@ -92,12 +95,18 @@ class BlockForward:
         self.eager = forward
         self.compiled: Callable[..., Any] | None = None
         self.taken: Callable[..., Any] | None = None  # the block's compiled call, given back on detach
+        self.inner: list[BlockForward] = []  # forecast submodules (module granularity): compiled instead
         self.__signature__ = inspect.signature(forward)  # BlockIO reads the parameter names
 
     def adopt(self, compiled_call: Callable[..., Any]) -> None:
-        """Take over a ``block.compile()`` result: run the block's own forward compiled like it."""
+        """Take over a ``block.compile()`` result: run the block's own forward compiled like it or, when
+        its submodules are forecast (module granularity), run the block eagerly and compile each
+        forecast submodule's own forward instead, so no wrapper is traced."""
         self.taken = compiled_call
-        self.compiled = recompile_like(compiled_call, self.eager)
+        for sub in self.inner:
+            sub.compiled = recompile_like(compiled_call, sub.eager)
+        if not self.inner:
+            self.compiled = recompile_like(compiled_call, self.eager)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is not None:
@@ -121,6 +130,13 @@ class CompiledCalls:
         """The callable a wrapper runs as ``block``'s own forward (register before patching)."""
         forward = BlockForward(block.forward)
         self._blocks.append((block, forward))
+        return forward
+
+    def submodule_forward(self, block: nn.Module, sub: nn.Module) -> BlockForward:
+        """The callable a module-granularity wrapper runs as ``sub``'s own forward (``sub`` inside
+        ``block``, whose :meth:`block_forward` was taken first): compiled when ``block`` is."""
+        forward = BlockForward(sub.forward)
+        next(f for b, f in reversed(self._blocks) if b is block).inner.append(forward)
         return forward
 
     def borrow(self) -> None:

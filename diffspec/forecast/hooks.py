@@ -151,7 +151,7 @@ class ForecastHooks(ModuleForecasts):
                 block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split)
                 self._patched.append(block)
                 if self.module_ok and self.config.granularity != "block":
-                    self._patched.extend(wrap_submodules(self, block, li, bi))
+                    self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
 
     def detach(self) -> None:
         """Remove every hook and wrapper; the transformer behaves as if never wrapped."""

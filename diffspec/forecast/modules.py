@@ -84,13 +84,19 @@ def check_module_support(blocks: list[nn.Module]) -> None:
         )
 
 
-def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_index: int) -> list[nn.Module]:
-    """Replace the ``forward`` of ``block``'s forecast submodules on the instance; returns the patched ones."""
+def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_index: int,
+                    own_forward: Callable[[nn.Module, nn.Module], Callable[..., Any]] | None = None) -> list[nn.Module]:
+    """Replace the ``forward`` of ``block``'s forecast submodules on the instance; returns the patched ones.
+
+    ``own_forward(block, sub)``: what the wrapper runs as ``sub``'s own forward (default ``sub.forward``;
+    ``CompiledCalls.submodule_forward`` compiles it under regional compilation).
+    """
     patched = []
     for name in MODULE_SPECS.get(type(block).__name__, ()):
         sub = getattr(block, name, None)
         if isinstance(sub, nn.Module):
-            sub.forward = _module_forward(host, sub.forward, list_index, f"m{block_index}.{name}")
+            original = own_forward(block, sub) if own_forward else sub.forward
+            sub.forward = _module_forward(host, original, list_index, f"m{block_index}.{name}")
             patched.append(sub)
     return patched
 

@@ -1,0 +1,86 @@
+"""The equal-budget mode of the dit-cache suite: search, selection rule and honest counting."""
+
+import pytest
+
+from diffspec.bench import equal_evals, run_bench
+from diffspec.bench.equal_evals import CALIBRATION_SEED0, EQUAL_METHODS, candidate_grid, select
+
+
+def test_select_keeps_the_best_calibration_psnr_within_the_budget():
+    search = [{"evals": 12.0, "psnr": 30.0}, {"evals": 13.0, "psnr": 29.0}, {"evals": 14.0, "psnr": 45.0},
+              {"evals": 10.0, "psnr": 30.0}]
+    assert select(search, 13.0) == {"evals": 12.0, "psnr": 30.0, "over_budget": False}  # tie: more evals
+    assert select(search, 14.0)["psnr"] == 45.0
+    over = select(search, 9.0)  # nothing fits: the cheapest, flagged
+    assert over["evals"] == 10.0 and over["over_budget"]
+    with pytest.raises(ValueError):
+        select([], 5.0)
+
+
+def test_grids_cover_every_method_and_the_budgets():
+    for method in EQUAL_METHODS:
+        assert candidate_grid(method, [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.0})
+    assert {c["num_inference_steps"] for c in candidate_grid("fewer-steps", [13.0, 20.0])} == {11, 12, 13, 18, 19, 20}
+    speca = candidate_grid("speca", [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.001})
+    assert {c["tau0"] for c in speca} == {0.01, 0.03, 0.1}  # scaled from the calibrated value
+    with pytest.raises(ValueError, match="unknown method"):
+        candidate_grid("nope", [13.0])
+
+
+def _small_grid(monkeypatch):
+    full = equal_evals.candidate_grid
+
+    def grid(method, budgets, thresholds=None):
+        g = full(method, budgets, thresholds)
+        return g if method == "fewer-steps" else g[::7]  # every seventh setting keeps the test fast
+
+    monkeypatch.setattr(equal_evals, "candidate_grid", grid)
+
+
+def test_equal_budget_run_keeps_arms_within_the_budget_and_records_the_search(monkeypatch):
+    _small_grid(monkeypatch)
+    methods = ["taylor", "diffusers-taylorseer", "fewer-steps"]
+    doc = run_bench("dit-cache", model="tiny-dit", methods=methods, budget_evals=[5.0], steps=10, batch=2, repeats=1,
+                    warmup=0, quality_samples=2, show_progress=False)
+    eq = doc["equal_evals"]
+    seeds = eq["calibration_seeds"]
+    assert seeds[0] == CALIBRATION_SEED0 and not set(seeds) & set(doc["workload"]["seeds"])
+    assert not set(seeds) & set(range(1000, 1002))  # nor the quality seeds
+    runs = {r["method"]: r for r in doc["runs"]}
+    assert list(runs) == ["baseline", *methods] and "wall_clock_caveat" in doc
+    for m in methods:
+        run, search = runs[m], eq["search"][m]
+        assert run["budget_evals"] == 5.0 and run["peer"] == (m != "taylor")
+        fits = [e for e in search if e["evals"] <= 5.0]
+        assert fits, m
+        assert run["selection"]["calibration_psnr"] == max(e["psnr"] for e in fits)  # the rule, not just any
+        assert run["selection"]["knobs"] in [e["knobs"] for e in fits]
+        assert run["target_evals"] <= 5.0 + 0.5 and not run["quality"]["exact"]
+    assert runs["fewer-steps"]["target_evals"] == runs["fewer-steps"]["selection"]["knobs"]["num_inference_steps"]
+    # honest counting of diffusers' TaylorSeer: with attention alone cached, the MLPs still count on draft steps
+    ts = eq["search"]["diffusers-taylorseer"]
+    attention_only = [e for e in ts if e["knobs"]["cache"] == "attention"]
+    assert attention_only and all(e["evals"] > e["target_calls"] for e in attention_only)
+
+
+def test_bad_budget_or_method_is_a_value_error():
+    with pytest.raises(ValueError, match="budget_evals"):
+        run_bench("dit-cache", model="tiny-dit-random", methods=["taylor"], budget_evals=[99.0], steps=6,
+                  repeats=1, warmup=0, show_progress=False)
+    with pytest.raises(ValueError, match="no equal-budget search"):
+        run_bench("dit-cache", model="tiny-dit-random", methods=["diffusers-taylorseer-tuned"], budget_evals=[3.0],
+                  steps=6, repeats=1, warmup=0, show_progress=False)
+
+
+def test_cache_dit_overrides_are_applied_and_checked():
+    pytest.importorskip("cache_dit")
+    from diffspec.bench.cache_dit_peer import CacheDitCache
+    from diffspec.bench.models import build_transformer
+
+    model = build_transformer("tiny-dit-random")
+    cache = CacheDitCache(model, "cache-dit-dbcache-taylorseer", 10,
+                          overrides={"residual_diff_threshold": 0.3, "max_warmup_steps": 2, "taylorseer_order": 2})
+    assert cache.cache_config.residual_diff_threshold == 0.3 and cache.cache_config.max_warmup_steps == 2
+    assert cache.calibrator_config.taylorseer_order == 2 and "max_warmup_steps" in cache.changed
+    with pytest.raises(ValueError, match="no setting"):
+        CacheDitCache(model, "cache-dit-dbcache", 10, overrides={"taylorseer_order": 2})
