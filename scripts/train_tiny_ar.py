@@ -25,7 +25,7 @@ from diffspec.ar_image.llamagen import LlamaGenTransformer
 from diffspec.ar_image.llamagen_config import LlamaGenConfig
 from diffspec.ar_image.patch_vq import PatchVQ
 from diffspec.ar_image.target import ARImageTarget
-from diffspec.ar_image.token_stats import per_token_entropy
+from diffspec.ar_image.token_stats import per_token_entropy, summarize_entropy
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
 from diffspec.models import class_accuracy, load_ar_target, reference_fid
 
@@ -60,6 +60,8 @@ def train(args: argparse.Namespace, vocab: int, grid: tuple[int, int]) -> tuple[
     torch.manual_seed(0)
     config = build_config(vocab, grid, args.dim, args.layers, args.heads)
     model = LlamaGenTransformer(config).train()
+    if args.init is not None:  # continue a previous run (fresh optimizer, new cosine cycle)
+        model.load_state_dict(LlamaGenTransformer.from_pretrained(args.init).state_dict())
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
@@ -143,11 +145,7 @@ def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float])
         out["settings"].append({
             "guidance_scale": guidance, "reference_fid": round(reference_fid(images), 2),
             "class_accuracy": round(class_accuracy(images, labels), 4),
-            "mean_entropy_nats": round(float(entropy.mean()), 4),
-            "median_entropy_nats": round(float(entropy.median()), 4),
-            "median_top1_prob": round(float(top1.median()), 4), "mean_top1_prob": round(float(top1.mean()), 4),
-            "frac_top1_gt_0_9": round(float((top1 > 0.9).double().mean()), 4),
-            "frac_top1_lt_0_05": round(float((top1 < 0.05).double().mean()), 4),
+            **{k: round(v, 4) for k, v in summarize_entropy(entropy, top1).items()},
             "sampling_wall_s": round(time.time() - t0, 1),
         })
         print(json.dumps(out["settings"][-1]), flush=True)
@@ -173,6 +171,8 @@ def main() -> None:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--init", type=Path, default=None,
+                   help="continue from a saved gpt folder; the run is appended to the record's 'runs'")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--no-eval", action="store_true", help="train and save only (evaluate later with --eval-only)")
     p.add_argument("--eval-samples", type=int, default=1000)
@@ -184,7 +184,14 @@ def main() -> None:
         model = LlamaGenTransformer.from_pretrained(args.out / "gpt")
         record = json.loads(RECORD.read_text())
     else:
+        previous = json.loads(RECORD.read_text()) if args.init is not None else None
         model, record = train(args, vq.config.codebook_size, vq.grid)
+        if previous is not None:
+            runs = previous.get("runs") or [{k: v for k, v in previous.items() if k not in ("tokenizer", "evaluation")}]
+            record = {**record, "continued_from_steps": previous.get("total_steps", previous["steps"]),
+                      "total_steps": previous.get("total_steps", previous["steps"]) + record["steps"],
+                      "total_wall_s": round(sum(r["wall_s"] for r in runs) + record["wall_s"], 1),
+                      "runs": [*runs, {k: v for k, v in record.items() if k != "gpt_config"}]}
         model.save_pretrained(args.out / "gpt")
         print(f"saved {args.out / 'gpt'}", flush=True)
     record["tokenizer"] = json.loads(TOKENIZER_RECORD.read_text())

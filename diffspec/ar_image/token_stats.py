@@ -28,19 +28,23 @@ def per_token_entropy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     """
     logp = torch.log_softmax(logits.float(), dim=-1)
     p = logp.exp()
-    entropy = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
+    entropy = 0.0 - (p * logp.masked_fill(p == 0, 0.0)).sum(-1)  # 0.0 - x: no negative zero
     return entropy, p.amax(-1)
 
 
-def entropy_summary(logits: torch.Tensor, threshold: float = 0.9) -> dict[str, float]:
-    """Summary over every row of ``logits`` (..., V): mean entropy, median top-1, peaked fraction.
+def summarize_entropy(entropy: torch.Tensor, top1: torch.Tensor, threshold: float = 0.9) -> dict[str, float]:
+    """Summary of per-token ``entropy`` (nats) and ``top1`` probabilities (any equal shapes).
 
     Returns:
         ``mean_entropy_nats``, ``median_entropy_nats``, ``median_top1_prob``, ``mean_top1_prob``,
-        ``frac_top1_gt_0_9`` (fraction of rows whose top-1 probability exceeds ``threshold``),
-        ``frac_top1_lt_0_05`` and ``rows``.
+        ``frac_top1_gt_0_9`` (fraction of tokens whose top-1 probability exceeds ``threshold``),
+        ``frac_top1_lt_0_05`` and ``rows`` (tokens summarised).
+
+    Example:
+        >>> summarize_entropy(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.5]))["frac_top1_gt_0_9"]
+        0.5
     """
-    entropy, top1 = (t.flatten() for t in per_token_entropy(logits))
+    entropy, top1 = entropy.flatten().double(), top1.flatten().double()
     return {
         "mean_entropy_nats": float(entropy.mean()),
         "median_entropy_nats": float(entropy.median()),
@@ -52,4 +56,9 @@ def entropy_summary(logits: torch.Tensor, threshold: float = 0.9) -> dict[str, f
     }
 
 
-__all__ = ["entropy_summary", "per_token_entropy"]
+def entropy_summary(logits: torch.Tensor, threshold: float = 0.9) -> dict[str, float]:
+    """:func:`summarize_entropy` of every row of ``logits`` (..., V) (see the module example)."""
+    return summarize_entropy(*per_token_entropy(logits), threshold=threshold)
+
+
+__all__ = ["entropy_summary", "per_token_entropy", "summarize_entropy"]
