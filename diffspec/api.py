@@ -187,13 +187,17 @@ class SpeculativePipeline:
         device: str | torch.device | None = None,
         **overrides: Any,
     ) -> SpeculativePipeline:
-        """Load a diffusers pipeline folder (or a shipped name such as ``"tiny-dit"``) and wrap it.
+        """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``) or a
+        shipped name (``"tiny-dit"``, ``"tiny-ar"``) and wrap it.
 
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
+            >>> spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd")  # doctest: +SKIP
         """
-        from .models import load_pipeline
+        from .models import is_ar_model_folder, load_ar_target, load_pipeline, resolve_model_path
 
+        if is_ar_model_folder(resolve_model_path(path)):
+            return cls.from_pipe(load_ar_target(path, dtype=dtype, device=device), method, **overrides)
         return cls.from_pipe(load_pipeline(path, dtype=dtype, device=device), method, **overrides)
 
     @classmethod

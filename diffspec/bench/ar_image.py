@@ -77,11 +77,11 @@ def _entropy(target: Any, tokens: torch.Tensor, labels: torch.Tensor, guidance: 
 
 def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, device: str | None = None,
                  dtype: str | None = None, batch: int | None = None, repeats: int = 3, warmup: int = 1,
-                 quality_samples: int = 1000, guidance_scale: float = 2.0, overrides: dict[str, Any] | None = None,
+                 quality_samples: int = 1000, guidance_scale: float | None = None, overrides: dict[str, Any] | None = None,
                  show_progress: bool = True, **_: Any) -> dict[str, Any]:
     """Run the suite and return the JSON document (DESIGN.md section 5).
 
-    ``overrides`` (``--set``) apply to every speculative arm (e.g. ``window=32``, ``top_k=100``,
+    ``guidance_scale=None`` uses the target's default (3 for ``tiny-ar``). ``overrides`` (``--set``) apply to every speculative arm (e.g. ``window=32``, ``top_k=100``,
     ``temperature=0.9``); sampling settings also apply to the baseline, so every arm samples the
     same law.
     """
@@ -97,6 +97,8 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
     target = load_ar_target(model, device=dev, dtype=getattr(torch, dtype) if dtype else None)
     n, vocab, batch = target.num_tokens, target.codebook_size, batch or 1
+    if guidance_scale is None:
+        guidance_scale = target.default_guidance_scale
     overrides = dict(overrides or {})
     sampling = MCSJDConfig().replace(**{k: v for k, v in overrides.items() if k in ("temperature", "top_k", "top_p")})
     specs = {}

@@ -8,6 +8,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +52,8 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
     """A shipped AR image model (``"tiny-ar"``) or a folder with ``gpt/`` + ``tokenizer/`` → a ``LlamaGenTarget``.
 
     ``gpt/`` is a ``LlamaGenTransformer.save_pretrained`` folder, ``tokenizer/`` a
-    ``PatchVQ.save_pretrained`` folder (its decoder and LANTERN codebook).
+    ``PatchVQ.save_pretrained`` folder (its decoder and LANTERN codebook); an optional
+    ``generation_config.json`` gives the target's ``default_guidance_scale``.
 
     Raises:
         ValueError: unknown name, or a folder without ``gpt/config.json`` and ``tokenizer/config.json``.
@@ -65,10 +68,18 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
     from ..ar_image.patch_vq import PatchVQ
 
     folder = resolve_model_path(name_or_path)
-    if not ((folder / "gpt" / "config.json").is_file() and (folder / "tokenizer" / "config.json").is_file()):
+    if not is_ar_model_folder(folder):
         raise ValueError(f"{folder} is not an AR image model folder (needs gpt/config.json and tokenizer/config.json)")
     model = LlamaGenTransformer.from_pretrained(folder / "gpt", device=device or "cpu", dtype=dtype)
-    return LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"))
+    generation = folder / "generation_config.json"
+    scale = json.loads(generation.read_text()).get("default_guidance_scale", 1.0) if generation.is_file() else 1.0
+    return LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"),
+                          default_guidance_scale=scale)
+
+
+def is_ar_model_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds an AR image model (``gpt/`` + ``tokenizer/``), as :func:`load_ar_target` reads."""
+    return (folder / "gpt" / "config.json").is_file() and (folder / "tokenizer" / "config.json").is_file()
 
 
 __all__ = [
@@ -77,6 +88,7 @@ __all__ = [
     "class_accuracy",
     "classifier_features",
     "frechet_distance",
+    "is_ar_model_folder",
     "load_ar_target",
     "load_pipeline",
     "quiet_diffusers",

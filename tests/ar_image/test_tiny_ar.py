@@ -73,3 +73,13 @@ def test_model_is_trained_and_class_conditional(target: LlamaGenTarget):
     right, wrong = ce(labels), ce((labels + 1 + torch.arange(200) % 9) % 10)
     assert right < math.log(1024) - 1.0  # far below the uniform law's 6.93 nats
     assert right < wrong - 0.02  # the label carries information
+
+
+def test_from_pretrained_tiny_ar_runs_mc_sjd_with_its_default_guidance():
+    from diffspec import SpeculativePipeline
+
+    spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd", temperature=0.0)
+    assert spec.pipe.default_guidance_scale == 3.0
+    out = spec(class_labels=[1, 4], output_type="pt")
+    assert out.images.shape == (2, 3, 32, 32) and spec.stats.target_evals == 2 * spec.stats.target_calls
+    assert torch.equal(out.tokens, spec.plain(class_labels=[1, 4], output_type="tokens").tokens)
