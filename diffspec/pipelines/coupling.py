@@ -21,6 +21,7 @@ from ..api import SpeculativePipeline
 from ..config import AutospecConfig, CouplingConfig, MethodConfig
 from ..progress import progress
 from ..schedulers.autospec import AutospecSampler
+from ..schedulers.forecast_draft import FORECAST_DRAFTS, ForecastDraftSampler
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import Denoise, SpeculativeSampler, plain_sample
 
@@ -109,6 +110,8 @@ class CouplingPipeline(SpeculativePipeline):
                 latents = plain_sample(kernel, denoise, latents, generator, self.stats)
             else:
                 cls = AutospecSampler if isinstance(self.config, AutospecConfig) else SpeculativeSampler
+                if getattr(self.config, "draft", None) in FORECAST_DRAFTS:
+                    cls = ForecastDraftSampler
                 sampler = cls(kernel, denoise, self.config, self.stats)  # type: ignore[arg-type]
                 latents = sampler.sample(latents, generator, on_progress=lambda k: bar.update(k - bar.n))
             bar.update(num_inference_steps - bar.n)
