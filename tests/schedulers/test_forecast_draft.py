@@ -1,73 +1,18 @@
-"""`coupling` with the experimental forecast draft: exact (two-sample), planted bias caught, acceptance.
+"""`coupling` with the experimental forecast draft: the forecast machinery and its acceptance.
 
-The forecast extrapolates the target's predictions at committed states; whatever it drafts, the
-reflection coupling must keep the plain sampler's law.
+The exactness (two-sample) and planted-bias tests of ``draft="forecast"`` are parametrized with the
+other drafts' in tests/pipelines/test_exact_sampling.py.
 """
 
 import pytest
 import torch
-from diffusers import AutoencoderKL, DDPMScheduler, DiTPipeline, DiTTransformer2DModel
+from diffusers import DDPMScheduler
 
-import diffspec.schedulers.speculative as speculative
 from diffspec import CouplingConfig, SpeculativePipeline
-from diffspec.bench.twosample import same_law
 from diffspec.schedulers.forecast_draft import ForecastDraftSampler
 from diffspec.schedulers.gaussian import GaussianTransition
 from diffspec.schedulers.speculative import SpeculativeSampler
 from diffspec.stats import SpecStats
-
-N = 1000
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def pipe():
-    torch.manual_seed(0)
-    transformer = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=8,
-                                        num_layers=1, sample_size=4, patch_size=2, num_embeds_ada_norm=1000).eval()
-    vae = AutoencoderKL(block_out_channels=(4,), layers_per_block=1, latent_channels=4, norm_num_groups=1)
-    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=DDPMScheduler())
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-def _latents(run, seed, steps=40):
-    return run(class_labels=[i % 10 for i in range(N)], num_inference_steps=steps, guidance_scale=4.0,
-               output_type="latent", generator=torch.Generator().manual_seed(seed)).images
-
-
-@pytest.fixture(scope="module")
-def plain(pipe):
-    return _latents(SpeculativePipeline.from_pipe(pipe, method="coupling").plain, seed=1)
-
-
-def test_forecast_draft_samples_have_the_plain_law(pipe, plain):
-    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4, draft="forecast")
-    samples = _latents(spec, seed=2)
-    assert 0.1 < spec.stats.acceptance_rate < 0.98, spec.stats.acceptance_rate  # accepts and reflections
-    assert spec.stats.target_calls < 40
-    report = same_law(plain, samples)
-    assert report["passed"], report
-
-
-def test_a_planted_bias_in_the_forecast_draft_fails_the_same_test(pipe, plain, monkeypatch):
-    original = speculative.reflection_coupling
-
-    def keep_every_draft(draft, noise, draft_mean, target_mean, std, uniform):
-        out = original(draft, noise, draft_mean, target_mean, std, uniform)
-        return type(out)(torch.ones_like(out.accepted), draft, out.log_ratio, out.delta)
-
-    monkeypatch.setattr(speculative, "reflection_coupling", keep_every_draft)
-    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4, draft="forecast")
-    report = same_law(plain, _latents(spec, seed=2))
-    assert not report["passed"], report
 
 
 def _linear_x0_denoiser(kernel, start, slope):
