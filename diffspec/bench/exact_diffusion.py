@@ -62,14 +62,17 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                         dtype: str | None = None, steps: int | str | list[int] | None = None, batch: int | None = None,
                         repeats: int = 3, warmup: int = 1, quality_samples: int = 1000, guidance_scale: float = 4.0,
                         overrides: dict[str, Any] | None = None, show_progress: bool = True,
-                        quality_steps: list[int] | None = None, solver_steps: tuple[int, ...] = (10, 20, 25, 50),
+                        quality_steps: list[int] | None = None, quality_methods: list[str] | None = None,
+                        solver_steps: tuple[int, ...] = (10, 20, 25, 50),
                         picard_window: int = 8, picard_tol: float = 0.1, **_: Any) -> dict[str, Any]:
     """Run the suite at one or several step counts and return the JSON document (DESIGN.md section 5).
 
     ``steps`` may be a list (or ``"50,100,250"``): each step count is a group of arms with its own
     baseline. Quality (two-sample tests, FID, accuracy) is measured for the groups in
     ``quality_steps`` (default: all); the ODE-solver peers, which do not depend on the baseline's
-    step count, run once, in the first quality group.
+    step count, run once, in the first quality group. ``quality_methods`` limits the quality
+    measurement to these arms (``ddim`` / ``dpm-solver++`` name all their step counts; the baseline
+    is always measured).
 
     Example:
         >>> doc = run_exact_diffusion("tiny-dit", steps=[20, 50], quality_samples=50, repeats=1)  # doctest: +SKIP
@@ -92,7 +95,7 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     plain = SpeculativePipeline.from_pipe(pipe, method="coupling")
     num_classes = len(pipe.labels) if getattr(pipe, "labels", None) else 1000
     setup = _Setup(pipe, dev, specs, plain, num_classes, guidance_scale, batch, repeats, warmup, quality_samples,
-                   show_progress, methods, picard_window, picard_tol)
+                   show_progress, methods, picard_window, picard_tol, quality_methods)
     runs: list[dict[str, Any]] = []
     with torch.inference_mode():
         for n in step_counts:
@@ -107,6 +110,7 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                   "params": sum(p.numel() for p in pipe.transformer.parameters()), "dtype": dtype or "float32",
                   "weights": "trained"},
         "workload": {"steps": step_counts[0] if single else step_counts, "quality_steps": quality_at,
+                     "quality_methods": quality_methods,
                      "batch": batch, "seeds": list(range(batch)), "guidance_scale": guidance_scale,
                      "scheduler": "DDPMScheduler", "quality_samples": quality_samples, "repeats": repeats,
                      "warmup": warmup, "quality_chunk": QUALITY_CHUNK, "solver_steps": list(solver_steps),
@@ -146,6 +150,7 @@ class _Setup:
     methods: list[str]
     picard_window: int
     picard_tol: float
+    quality_methods: list[str] | None
 
 
 def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -192,6 +197,9 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
     quality_calls: dict[str, dict[str, Any]] = {}
     n = s.quality_samples
     for i, arm in enumerate(arms if quality else []):  # independent seeds per arm: the tests need independence
+        if s.quality_methods is not None and arm.name != "baseline" and arm.name not in s.quality_methods \
+                and arm.config.get("sampler") not in s.quality_methods:
+            continue
         seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + n))
         chunks = []
         calls = evals = 0.0
