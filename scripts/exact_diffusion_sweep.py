@@ -1,7 +1,8 @@
 """The committed exact-diffusion sweep: cost at 50/100/250 DDPM steps, quality of the new arms at 100.
 
 Two suite runs concatenated into one JSON (the first, cost only, is quick; the second measures
-quality): ``OMP_NUM_THREADS=1 python scripts/exact_diffusion_sweep.py OUT.json [QUALITY_SAMPLES]``.
+quality), from the repository root:
+``OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/exact_diffusion_sweep.py OUT.json [QUALITY_SAMPLES]``.
 """
 
 import json

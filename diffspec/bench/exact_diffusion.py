@@ -206,7 +206,10 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
         for c in progress(range(0, n, QUALITY_CHUNK), desc=f"quality {arm.name} @{steps}", disable=not s.show_progress):
             chunks.append(arm.run(seeds[c : c + QUALITY_CHUNK]))
             st = stats_of.get(arm.name, s.plain.stats)
-            calls, evals = calls + st.target_calls, evals + st.target_evals * len(chunks[-1])
+            if arm.name in stats_of or arm.name == "fewer-steps":  # fewer-steps runs spec.plain
+                calls, evals = calls + st.target_calls, evals + st.target_evals * len(chunks[-1])
+            else:  # a deterministic solver: one call a step, whatever the batch
+                calls, evals = calls + calls_of[arm.name]["target_calls"], evals + calls_of[arm.name]["target_evals"] * len(chunks[-1])
         samples[arm.name] = torch.cat(chunks)
         quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
                                    "target_evals": round(evals / n, 3)}

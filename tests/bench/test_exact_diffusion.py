@@ -21,6 +21,7 @@ def test_exact_diffusion_suite_writes_every_arm(tmp_path):
     for name in ("picard", "ddim-4", "dpm-solver++-4"):
         assert runs[name]["peer"] and not runs[name]["quality"]["exact"] and "two_sample" in runs[name]["quality"]
     assert runs["ddim-4"]["target_calls"] == 4 and runs["ddim-4"]["config"]["sampler"] == "ddim"
+    assert runs["ddim-4"]["quality"]["target_evals"] == 4.0 == runs["ddim-4"]["quality"]["target_calls_per_chunk"]
     assert runs["picard"]["target_evals"] >= runs["picard"]["target_calls"]
     assert "| `coupling` | 8 |" in markdown_table(doc) and "| `ddim-4` (peer) | 4 |" in markdown_table(doc)
 
