@@ -54,6 +54,12 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _step_counts(text: str) -> int | list[int]:
+    """``"100"`` -> 100; ``"50,100,250"`` -> a sweep (exact-diffusion)."""
+    values = [_positive(v) for v in text.split(",") if v.strip()]
+    return values[0] if len(values) == 1 else values
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -101,7 +107,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     doc = run_bench(args.suite, out=args.out, model=args.model, methods=methods, device=device, dtype=args.dtype,
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
-                    allow_cpu=args.allow_cpu, **({"budget_evals": args.budget_evals} if args.budget_evals else {}))
+                    allow_cpu=args.allow_cpu, **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
+                    **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}))
     print(headline(doc))
     print(markdown_table(doc))
     if args.out:
@@ -220,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
     bench.add_argument("--device", default=None)
     bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")
-    bench.add_argument("--steps", type=_positive, default=None)
+    bench.add_argument("--steps", type=_step_counts, default=None, help="steps, or a sweep 50,100,250 (exact-diffusion)")
+    bench.add_argument("--quality-steps", default=None, help="exact-diffusion: the sweep's step counts that get quality")
     bench.add_argument("--batch-size", type=_positive, default=None)
     bench.add_argument("--repeats", type=_positive, default=3)
     bench.add_argument("--warmup", type=int, default=1)

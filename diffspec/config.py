@@ -277,7 +277,12 @@ class CouplingConfig(MethodConfig):
         max_lookahead: the adaptive lookahead's upper bound.
         draft: what is frozen between target calls: ``"x0"`` (the predicted clean sample,
             recommended), ``"output"`` (the network's guided output, e.g. its noise prediction)
-            or ``"increment"`` (the last target mean minus its state).
+            or ``"increment"`` (the last target mean minus its state). Experimental, SpeCa-style:
+            ``"forecast"`` extrapolates the ``x0`` predictions of the previous target calls on the
+            committed path (Newton polynomial of degree ``forecast_order`` in the step index),
+            ``"forecast-output"`` the raw network outputs; both re-apply the scheduler's mean and
+            stay exact (the coupling verifies), only acceptance changes.
+        forecast_order: the forecast drafts' polynomial degree (1-3); ignored otherwise.
         eta: DDIM's noise level when the pipeline's scheduler is ``DDIMScheduler`` (must be > 0;
             1 equals DDPM); ignored by other schedulers.
 
@@ -295,14 +300,16 @@ class CouplingConfig(MethodConfig):
     max_lookahead: int = 16
     draft: str = "x0"
     eta: float = 1.0
+    forecast_order: int = 1
 
     def __post_init__(self) -> None:
         check_lookahead(self.lookahead, self.max_lookahead, self.adaptive)
         check_choice("draft", self.draft, DRAFTS)
+        check_int("forecast_order", self.forecast_order, 1, 3)
         check_float("eta", self.eta, 0.0, 1.0, lo_open=True)
 
 
-DRAFTS = ("x0", "output", "increment")
+DRAFTS = ("x0", "output", "increment", "forecast", "forecast-output")
 """What exact speculative samplers freeze between target calls (see :class:`CouplingConfig`)."""
 
 

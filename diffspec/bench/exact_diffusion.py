@@ -1,9 +1,12 @@
 """The ``exact-diffusion`` suite: exact speculative samplers against the plain stochastic sampler.
 
 Workload: a class-conditional ``DiTPipeline`` (the shipped ``tiny-dit`` or a local folder) sampled
-with DDPM at ``steps`` steps and classifier-free guidance. Arms: ``baseline`` (the plain sampler:
-one transformer call per step), ``coupling``, ``autospec``, and the peer ``fewer-steps`` (the plain
-sampler given as many steps as ``coupling`` made sequential calls). Reported per arm: sequential
+with DDPM at ``steps`` steps (one or several step counts, each a group with its own baseline) and
+classifier-free guidance. Arms: ``baseline`` (the plain sampler: one transformer call per step),
+``coupling``, ``autospec``, ``coupling-forecast`` (experimental: coupling with the forecast draft),
+and the peers ``fewer-steps`` (the plain sampler given as many steps as ``coupling`` made
+sequential calls), ``picard`` (ParaDiGMS-style, approximate) and the deterministic solvers
+``ddim-K`` / ``dpm-solver++-K`` at a few step counts ``K`` (see :mod:`.exact_peers`). Reported per arm: sequential
 transformer calls and rows evaluated per sample (at the timed batch and over the quality set),
 acceptance per draft depth, wall-clock (interleaved, warmed up), and quality: a two-sample test
 of the final latents against the baseline's (energy distance and per-coordinate KS; exact arms
@@ -12,6 +15,7 @@ must pass), reference FID and class accuracy of the decoded images.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,12 +23,16 @@ import torch
 from ..api import SpeculativePipeline
 from ..config import AutospecConfig, CouplingConfig
 from ..progress import progress
+from ..stats import SpecStats
 from .dit_cache import method_configs
+from .exact_peers import SOLVERS, picard_runner, solver_runner
 from .timing import Arm, latency_summary, machine_info, time_arms
 from .twosample import same_law
 
-EXACT_METHODS = ("coupling", "autospec")
-PEERS = ("fewer-steps",)
+EXACT_METHODS = ("coupling", "autospec", "coupling-forecast")
+PEERS = ("fewer-steps", "picard", *SOLVERS)
+EXPERIMENTAL = ("coupling-forecast",)
+QUALITY_CHUNK = 250
 
 
 def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
@@ -40,18 +48,39 @@ def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
     return pipe
 
 
+def _step_list(steps: int | str | list[int] | None) -> list[int]:
+    if steps is None:
+        return [100]
+    values = [int(v) for v in steps.split(",") if v.strip()] if isinstance(steps, str) else (
+        [steps] if isinstance(steps, int) else list(steps))
+    if not values or any(v < 2 for v in values):
+        raise ValueError(f"steps={steps!r} is out of range: each step count must be >= 2")
+    return values
+
+
 def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = None, device: str | None = None,
-                        dtype: str | None = None, steps: int | None = None, batch: int | None = None, repeats: int = 3,
-                        warmup: int = 1, quality_samples: int = 1000, guidance_scale: float = 4.0,
+                        dtype: str | None = None, steps: int | str | list[int] | None = None, batch: int | None = None,
+                        repeats: int = 3, warmup: int = 1, quality_samples: int = 1000, guidance_scale: float = 4.0,
                         overrides: dict[str, Any] | None = None, show_progress: bool = True,
-                        **_: Any) -> dict[str, Any]:
-    """Run the suite and return the JSON document (DESIGN.md section 5).
+                        quality_steps: list[int] | None = None, quality_methods: list[str] | None = None,
+                        solver_steps: tuple[int, ...] = (10, 20, 25, 50),
+                        picard_window: int = 8, picard_tol: float = 0.1, **_: Any) -> dict[str, Any]:
+    """Run the suite at one or several step counts and return the JSON document (DESIGN.md section 5).
+
+    ``steps`` may be a list (or ``"50,100,250"``): each step count is a group of arms with its own
+    baseline. Quality (two-sample tests, FID, accuracy) is measured for the groups in
+    ``quality_steps`` (default: all); the ODE-solver peers, which do not depend on the baseline's
+    step count, run once, in the first quality group. ``quality_methods`` limits the quality
+    measurement to these arms (``ddim`` / ``dpm-solver++`` name all their step counts; the baseline
+    is always measured).
 
     Example:
-        >>> doc = run_exact_diffusion("tiny-dit", steps=20, quality_samples=50, repeats=1)  # doctest: +SKIP
+        >>> doc = run_exact_diffusion("tiny-dit", steps=[20, 50], quality_samples=50, repeats=1)  # doctest: +SKIP
     """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    steps, batch = steps or 100, batch or 1
+    step_counts, batch = _step_list(steps), batch or 1
+    quality_steps = [quality_steps] if isinstance(quality_steps, int) else quality_steps
+    quality_at = [s for s in step_counts if quality_steps is None or s in quality_steps]
     methods = list(methods or (*EXACT_METHODS, *PEERS))
     unknown = [m for m in methods if m not in (*EXACT_METHODS, *PEERS)]
     if unknown:
@@ -61,87 +90,161 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
         raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
     pipe = _pipeline(model, dev, getattr(torch, dtype or "float32"))
     configs = method_configs(dict(overrides or {}), {"coupling": CouplingConfig, "autospec": AutospecConfig})
+    configs["coupling-forecast"] = configs["coupling"].replace(draft="forecast")
     specs = {m: SpeculativePipeline.from_pipe(pipe, method=configs[m]) for m in EXACT_METHODS if m in methods}
     plain = SpeculativePipeline.from_pipe(pipe, method="coupling")
     num_classes = len(pipe.labels) if getattr(pipe, "labels", None) else 1000
-
-    def call(spec: Any, seeds: list[int], n_steps: int, plain_run: bool) -> torch.Tensor:
-        run = spec.plain if plain_run else spec
-        g = torch.Generator().manual_seed(seeds[0])
-        return run(class_labels=[s % num_classes for s in seeds], num_inference_steps=n_steps, generator=g,
-                   guidance_scale=guidance_scale, output_type="latent").images.float().cpu()
-
-    timed_seeds = list(range(batch))
-    calls_of: dict[str, dict[str, Any]] = {}
-    arms = [Arm("baseline", lambda seeds: call(plain, seeds, steps, True), config={"num_inference_steps": steps,
-                                                                                   "sampler": "DDPM"})]
-    for m, spec in specs.items():
-        arms.append(Arm(m, lambda seeds, spec=spec: call(spec, seeds, steps, False), config=spec.config.to_dict()))
+    setup = _Setup(pipe, dev, specs, plain, num_classes, guidance_scale, batch, repeats, warmup, quality_samples,
+                   show_progress, methods, picard_window, picard_tol, quality_methods)
+    runs: list[dict[str, Any]] = []
     with torch.inference_mode():
-        for arm in arms:  # untimed pass at the timed batch: sequential calls, rows, acceptance
-            arm.run(timed_seeds)
-            stats = (specs.get(arm.name) or plain).stats
-            calls_of[arm.name] = {"target_calls": stats.target_calls, "target_evals": round(stats.target_evals, 3),
-                                  "acceptance_rate": round(stats.acceptance_rate, 4),
-                                  "acceptance_by_depth": stats.extra.get("acceptance_by_depth")}
-        if "fewer-steps" in methods:
-            k = calls_of.get("coupling", {"target_calls": steps // 2})["target_calls"]
-            arms.append(Arm("fewer-steps", lambda seeds, k=k: call(plain, seeds, k, True), peer=True,
-                            config={"num_inference_steps": k, "sampler": "DDPM", "matches": "coupling's sequential calls"}))
-            calls_of["fewer-steps"] = {"target_calls": k, "target_evals": float(k)}
-        time_arms(arms, timed_seeds, device=dev, repeats=repeats, warmup=warmup, show_progress=show_progress)
-        samples, quality_calls = {}, {}
-        for i, arm in enumerate(arms):  # independent seeds per arm: the two-sample test needs independence
-            seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples))
-            chunks = []
-            calls = evals = 0.0
-            for s in progress(range(0, quality_samples, 250), desc=f"quality {arm.name}", disable=not show_progress):
-                chunks.append(arm.run(seeds[s : s + 250]))
-                stats = (specs.get(arm.name) or plain).stats
-                calls, evals = calls + stats.target_calls, evals + stats.target_evals * len(chunks[-1])
-            samples[arm.name] = torch.cat(chunks)
-            quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
-                                       "target_evals": round(evals / quality_samples, 3)}
-        runs = _runs(arms, samples, calls_of, quality_calls, pipe, num_classes, quality_samples)
+        for n in step_counts:
+            solvers = solver_steps if quality_at and n == quality_at[0] else ()
+            runs += _group(setup, n, quality=n in quality_at, solver_steps=solvers)
+    single = len(step_counts) == 1
     return {
         "suite": "exact-diffusion",
-        "machine": machine_info(dev),
+        "machine": {**machine_info(dev), "load": "loaded shared 2-core CPU (other agents running)"
+                    if dev.type == "cpu" else None},
         "model": {"name": model, "transformer": type(pipe.transformer).__name__,
                   "params": sum(p.numel() for p in pipe.transformer.parameters()), "dtype": dtype or "float32",
                   "weights": "trained"},
-        "workload": {"steps": steps, "batch": batch, "seeds": timed_seeds, "guidance_scale": guidance_scale,
+        "workload": {"steps": step_counts[0] if single else step_counts, "quality_steps": quality_at,
+                     "quality_methods": quality_methods,
+                     "batch": batch, "seeds": list(range(batch)), "guidance_scale": guidance_scale,
                      "scheduler": "DDPMScheduler", "quality_samples": quality_samples, "repeats": repeats,
-                     "warmup": warmup, "quality_chunk": 250},
+                     "warmup": warmup, "quality_chunk": QUALITY_CHUNK, "solver_steps": list(solver_steps),
+                     "picard": {"window": picard_window, "tol": picard_tol}},
         "runs": runs,
         "notes": [
             "target_calls: sequential transformer calls for the timed batch; target_evals: transformer rows per "
             "sample (CFG rows counted once); quality.target_calls_per_chunk: the same for chunks of 250 samples "
-            "(a chunk waits for its slowest trajectory).",
-            "two_sample compares the arm's final latents with the baseline's on independent seeds; an exact arm "
-            "must pass (energy-distance permutation test and Bonferroni per-coordinate KS, each at alpha).",
+            "(a chunk waits for its slowest trajectory). Each run's 'steps' is its group's baseline step count.",
+            "two_sample compares the arm's final latents with its group's baseline on independent seeds; an exact "
+            "arm must pass (energy-distance permutation test and Bonferroni per-coordinate KS, each at alpha).",
             "fewer-steps is the plain sampler with as many steps as coupling made sequential calls.",
+            "coupling-forecast (experimental) is coupling with draft='forecast': x0 extrapolated (Newton, order "
+            "forecast_order) through the target's predictions at committed states; exact by the same coupling.",
+            "picard: ParaDiGMS-style sliding-window Picard iteration of the same DDPM chain with pre-drawn noise "
+            "(window, tol on the noise-scaled squared change); approximate, its two-sample test is reported as is.",
+            "ddim (eta 0) and dpm-solver++ (2M) are deterministic ODE solvers at their own step counts "
+            "(config.num_inference_steps): compare by reference FID and accuracy with the baseline of their group.",
+            "Wall-clock on CPU is measured on a loaded shared machine: read it as indicative only.",
         ],
     }
 
 
+@dataclass
+class _Setup:
+    pipe: Any
+    dev: torch.device
+    specs: dict[str, Any]
+    plain: Any
+    num_classes: int
+    guidance_scale: float
+    batch: int
+    repeats: int
+    warmup: int
+    quality_samples: int
+    show_progress: bool
+    methods: list[str]
+    picard_window: int
+    picard_tol: float
+    quality_methods: list[str] | None
+
+
+def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The arms at one baseline step count: untimed counting pass, interleaved timing, quality."""
+
+    def call(spec: Any, seeds: list[int], n_steps: int, plain_run: bool) -> torch.Tensor:
+        run = spec.plain if plain_run else spec
+        g = torch.Generator().manual_seed(seeds[0])
+        return run(class_labels=[x % s.num_classes for x in seeds], num_inference_steps=n_steps, generator=g,
+                   guidance_scale=s.guidance_scale, output_type="latent").images.float().cpu()
+
+    timed_seeds = list(range(s.batch))
+    stats_of: dict[str, SpecStats] = {"baseline": s.plain.stats}
+    arms = [Arm("baseline", lambda seeds: call(s.plain, seeds, steps, True),
+                config={"num_inference_steps": steps, "sampler": "DDPM"})]
+    for m, spec in s.specs.items():
+        arms.append(Arm(m, lambda seeds, spec=spec: call(spec, seeds, steps, False), config=spec.config.to_dict()))
+        stats_of[m] = spec.stats
+    if "picard" in s.methods:
+        stats_of["picard"] = SpecStats(method="picard")
+        arms.append(Arm("picard", picard_runner(s.pipe, steps, window=s.picard_window, tol=s.picard_tol,
+                                                guidance_scale=s.guidance_scale, num_classes=s.num_classes,
+                                                stats=stats_of["picard"]), peer=True,
+                        config={"num_inference_steps": steps, "sampler": "DDPM", "window": s.picard_window,
+                                "tol": s.picard_tol}))
+    calls_of: dict[str, dict[str, Any]] = {}
+    for arm in arms:  # untimed pass at the timed batch: sequential calls, rows, acceptance
+        arm.run(timed_seeds)
+        calls_of[arm.name] = _calls(stats_of[arm.name])
+    if "fewer-steps" in s.methods:
+        k = calls_of.get("coupling", {"target_calls": steps // 2})["target_calls"]
+        arms.append(Arm("fewer-steps", lambda seeds, k=k: call(s.plain, seeds, k, True), peer=True,
+                        config={"num_inference_steps": k, "sampler": "DDPM", "matches": "coupling's sequential calls"}))
+        calls_of["fewer-steps"] = {"target_calls": k, "target_evals": float(k)}
+    for solver in (x for x in SOLVERS if x in s.methods):
+        for k in solver_steps:
+            name = f"{solver}-{k}"
+            arms.append(Arm(name, solver_runner(s.pipe, solver, k, guidance_scale=s.guidance_scale,
+                                                num_classes=s.num_classes), peer=True,
+                            config={"num_inference_steps": k, "sampler": solver, "deterministic": True}))
+            calls_of[name] = {"target_calls": k, "target_evals": float(k)}
+    time_arms(arms, timed_seeds, device=s.dev, repeats=s.repeats, warmup=s.warmup, show_progress=s.show_progress)
+    samples: dict[str, torch.Tensor] = {}
+    quality_calls: dict[str, dict[str, Any]] = {}
+    n = s.quality_samples
+    for i, arm in enumerate(arms if quality else []):  # independent seeds per arm: the tests need independence
+        if s.quality_methods is not None and arm.name != "baseline" and arm.name not in s.quality_methods \
+                and arm.config.get("sampler") not in s.quality_methods:
+            continue
+        seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + n))
+        chunks = []
+        calls = evals = 0.0
+        for c in progress(range(0, n, QUALITY_CHUNK), desc=f"quality {arm.name} @{steps}", disable=not s.show_progress):
+            chunks.append(arm.run(seeds[c : c + QUALITY_CHUNK]))
+            st = stats_of.get(arm.name, s.plain.stats)
+            if arm.name in stats_of or arm.name == "fewer-steps":  # fewer-steps runs spec.plain
+                calls, evals = calls + st.target_calls, evals + st.target_evals * len(chunks[-1])
+            else:  # a deterministic solver: one call a step, whatever the batch
+                calls, evals = calls + calls_of[arm.name]["target_calls"], evals + calls_of[arm.name]["target_evals"] * len(chunks[-1])
+        samples[arm.name] = torch.cat(chunks)
+        quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
+                                   "target_evals": round(evals / n, 3)}
+    return _runs(arms, samples, calls_of, quality_calls, s.pipe, s.num_classes, n, steps)
+
+
+def _calls(stats: SpecStats) -> dict[str, Any]:
+    return {"target_calls": stats.target_calls, "target_evals": round(stats.target_evals, 3),
+            "acceptance_rate": round(stats.acceptance_rate, 4),
+            "acceptance_by_depth": stats.extra.get("acceptance_by_depth")}
+
+
 def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str, dict[str, Any]],
-          quality_calls: dict[str, dict[str, Any]], pipe: Any, num_classes: int, n: int) -> list[dict[str, Any]]:
+          quality_calls: dict[str, dict[str, Any]], pipe: Any, num_classes: int, n: int,
+          steps: int) -> list[dict[str, Any]]:
     from ..models import class_accuracy, reference_fid
 
     base_median = latency_summary(arms[0].times)["median"]
-    reference = samples["baseline"]
+    reference = samples.get("baseline")
     runs = []
     for i, arm in enumerate(arms):
-        latents = samples[arm.name]
-        images = pipe.vae.decode(latents.to(pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample.float().clamp(-1, 1)
-        labels = torch.tensor([s % num_classes for s in range(10_000 * (i + 1), 10_000 * (i + 1) + n)])
         latency = latency_summary(arm.times)
-        quality = {"fid": round(reference_fid(images), 3), "accuracy": round(class_accuracy(images, labels), 4),
-                   "psnr": None, "ssim": None, "lpips": None, **quality_calls[arm.name]}
-        if arm.name != "baseline":
-            quality["two_sample"] = same_law(reference, latents)
+        quality: dict[str, Any] = {"fid": None, "accuracy": None, "psnr": None, "ssim": None, "lpips": None}
+        if arm.name in samples:
+            latents = samples[arm.name]
+            images = pipe.vae.decode(latents.to(pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample
+            images = images.float().clamp(-1, 1)
+            labels = torch.tensor([s % num_classes for s in range(10_000 * (i + 1), 10_000 * (i + 1) + n)])
+            quality.update(fid=round(reference_fid(images), 3), accuracy=round(class_accuracy(images, labels), 4),
+                           **quality_calls[arm.name])
+            if arm.name != "baseline":
+                quality["two_sample"] = same_law(reference, latents)
         quality["exact"] = arm.name in ("baseline", *EXACT_METHODS)
-        runs.append({"method": arm.name, "peer": arm.peer, "config": arm.config, "latency_s": latency,
+        runs.append({"method": arm.name, "steps": steps, "peer": arm.peer,
+                     "experimental": arm.name in EXPERIMENTAL, "config": arm.config, "latency_s": latency,
                      **calls_of[arm.name], "peak_mem_gb": arm.peak_mem_gb,
                      "speedup_vs_baseline": round(base_median / latency["median"], 3),
                      "calls_speedup_vs_baseline": round(calls_of["baseline"]["target_calls"]

@@ -33,17 +33,17 @@ def markdown_table(doc: dict[str, Any]) -> str:
 
 
 def _exact_table(doc: dict[str, Any]) -> str:
-    rows = ["| method | median s | speedup | sequential calls | fewer calls | rows/sample | acceptance | "
+    rows = ["| method | steps | median s | speedup | sequential calls | fewer calls | rows/sample | acceptance | "
             "energy p | KS p (Bonf.) | ref. FID | accuracy |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
         q = run["quality"]
         two = q.get("two_sample") or {}
         name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
-        if "budget_evals" in run:
-            name += f" @{run['budget_evals']:g}" + (" (over budget)" if run.get("over_budget") else "")
+        steps = run.get("config", {}).get("num_inference_steps", run.get("steps"))
         rows.append(
-            f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | {run['target_calls']} | "
+            f"| {name} | {_fmt(steps, 'd')} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
+            f"{run['target_calls']} | "
             f"{run['calls_speedup_vs_baseline']:.2f}x | {run['target_evals']:.1f} | "
             f"{_fmt(run.get('acceptance_rate'), '.3f')} | {_fmt(two.get('energy', {}).get('p_value'), '.3f')} | "
             f"{_fmt(two.get('ks', {}).get('bonferroni_p'), '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
@@ -54,5 +54,6 @@ def _exact_table(doc: dict[str, Any]) -> str:
 def headline(doc: dict[str, Any]) -> str:
     """``suite on model (device), N steps, batch B`` for the table's caption."""
     w = doc["workload"]
-    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {w['steps']} steps, "
+    steps = ",".join(map(str, w["steps"])) if isinstance(w["steps"], list) else w["steps"]
+    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {steps} steps, "
             f"batch {w['batch']}, {doc['model']['dtype']}")

@@ -25,6 +25,7 @@ from ..api import SpeculativePipeline
 from ..config import AutospecConfig, CouplingConfig, MethodConfig
 from ..progress import progress
 from ..schedulers.autospec import AutospecSampler
+from ..schedulers.forecast_draft import FORECAST_DRAFTS, ForecastDraftSampler
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import SpeculativeSampler, plain_sample
 from .denoisers import dit_denoiser  # noqa: F401  (re-exported: its home before denoisers.py)
@@ -82,6 +83,8 @@ class CouplingPipeline(SpeculativePipeline):
         if plain:
             return plain_sample(job.kernel, job.denoise, job.latents, job.generator, self.stats)
         cls = AutospecSampler if isinstance(self.config, AutospecConfig) else SpeculativeSampler
+        if getattr(self.config, "draft", None) in FORECAST_DRAFTS:
+            cls = ForecastDraftSampler
         sampler = cls(job.kernel, job.denoise, self.config, self.stats)  # type: ignore[arg-type]
 
         def on_progress(k: int) -> None:

@@ -1,4 +1,4 @@
-"""`coupling` and `autospec` are exact: their samples have the plain stochastic sampler's law.
+"""`coupling` (drafts x0 and the experimental forecast) and `autospec` are exact: their samples have the plain stochastic sampler's law.
 
 Two-sample tests (energy distance with a permutation test, per-coordinate KS with Bonferroni) on
 1000 final latents per arm; a planted bug (acceptance without reflection) must fail the same test.
@@ -53,9 +53,9 @@ def random_dit_plain(random_dit_pipe):
     return _latents(spec, seed=1, steps=40, plain=True)
 
 
-@pytest.mark.parametrize("method", ["coupling", "autospec"])
-def test_random_dit_samples_have_the_plain_law(random_dit_pipe, random_dit_plain, method):
-    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method=method, lookahead=4)
+@pytest.mark.parametrize("method, draft", [("coupling", "x0"), ("autospec", None), ("coupling", "forecast")])
+def test_random_dit_samples_have_the_plain_law(random_dit_pipe, random_dit_plain, method, draft):
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method=method, lookahead=4, **({"draft": draft} if draft else {}))
     samples = _latents(spec, seed=2, steps=40)
     stats = spec.stats
     assert 0.1 < stats.acceptance_rate < 0.98, stats.acceptance_rate  # both accepts and reflections happened
@@ -64,7 +64,8 @@ def test_random_dit_samples_have_the_plain_law(random_dit_pipe, random_dit_plain
     assert report["passed"], report
 
 
-def test_a_planted_bias_fails_the_same_test(random_dit_pipe, random_dit_plain, monkeypatch):
+@pytest.mark.parametrize("draft", ["x0", "forecast"])
+def test_a_planted_bias_fails_the_same_test(random_dit_pipe, random_dit_plain, monkeypatch, draft):
     original = speculative.reflection_coupling
 
     def keep_every_draft(draft, noise, draft_mean, target_mean, std, uniform):
@@ -72,7 +73,7 @@ def test_a_planted_bias_fails_the_same_test(random_dit_pipe, random_dit_plain, m
         return type(out)(torch.ones_like(out.accepted), draft, out.log_ratio, out.delta)
 
     monkeypatch.setattr(speculative, "reflection_coupling", keep_every_draft)
-    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling", lookahead=4)
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling", lookahead=4, draft=draft)
     report = same_law(random_dit_plain, _latents(spec, seed=2, steps=40))
     assert not report["passed"], report
 
