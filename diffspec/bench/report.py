@@ -17,6 +17,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
     """
     if doc.get("suite") == "exact-diffusion":
         return _exact_table(doc)
+    if doc.get("suite") == "ar-image":
+        return _ar_table(doc)
     rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
@@ -51,9 +53,28 @@ def _exact_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _ar_table(doc: dict[str, Any]) -> str:
+    rows = ["| method | median s | speedup | target calls | step compression | calls per chunk | "
+            "token test p (Bonf.) | ref. FID | accuracy |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in doc["runs"]:
+        q = run["quality"]
+        rows.append(
+            f"| `{run['method']}` | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
+            f"{run['target_calls']} | {run['step_compression']:.2f}x | {_fmt(q.get('target_calls_per_chunk'), '.1f')} | "
+            f"{_fmt((q.get('token_two_sample') or {}).get('bonferroni_p'), '.3f')} | {_fmt(q['fid'], '.2f')} | "
+            f"{_fmt(q['accuracy'], '.3f')} |"
+        )
+    return "\n".join(rows)
+
+
 def headline(doc: dict[str, Any]) -> str:
-    """``suite on model (device), N steps, batch B`` for the table's caption."""
+    """``suite on model (device), N steps (or tokens), batch B`` for the table's caption."""
     w = doc["workload"]
-    steps = ",".join(map(str, w["steps"])) if isinstance(w["steps"], list) else w["steps"]
-    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {steps} steps, "
+    if "steps" in w:
+        length = ",".join(map(str, w["steps"])) if isinstance(w["steps"], list) else w["steps"]
+        length = f"{length} steps"
+    else:
+        length = f"{w['tokens']} tokens"
+    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, "
             f"batch {w['batch']}, {doc['model']['dtype']}")

@@ -47,3 +47,13 @@ def test_token_homogeneity_has_power():
     c = torch.multinomial(biased, 2000, replacement=True, generator=g).T
     report = token_homogeneity(a, c, 6)
     assert not report["passed"] and report["bonferroni_p"] < 1e-3
+
+
+def test_ar_image_report_table(tmp_path):
+    from diffspec.bench.report import headline, markdown_table
+
+    doc = run_bench("ar-image", model=str(_model_folder(tmp_path)), methods=["sjd"], repeats=1, warmup=0,
+                    quality_samples=4, show_progress=False)
+    assert "16 tokens" in headline(doc)
+    table = markdown_table(doc).splitlines()
+    assert len(table) == 4 and table[2].startswith("| `baseline` |") and "1.00x" in table[2]
