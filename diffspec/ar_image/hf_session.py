@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from .target import ARSession
+from .target import CFG_SPACES, ARSession, mix_cfg
 
 Embed = Callable[[torch.Tensor], torch.Tensor]
 """``(R, T)`` image tokens → ``(R, T, hidden)`` input embeddings of the decoder."""
@@ -29,25 +29,6 @@ Head = Callable[[torch.Tensor], torch.Tensor]
 when a ``constrain`` maps them to the codebook after guidance)."""
 Constrain = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``(B, T, V)`` guided logits and ``(B, T)`` predicted image positions → ``(B, T, codebook)`` logits."""
-CFG_SPACES = ("logits", "logprobs")
-
-
-def mix_cfg(logits: torch.Tensor, batch_size: int, guidance_scale: float, space: str = "logits") -> torch.Tensor:
-    """Classifier-free guidance on stacked ``[cond; uncond]`` rows: ``u + s (c - u)`` in fp32.
-
-    ``space="logits"`` mixes raw logits (Janus, LlamaGen); ``"logprobs"`` mixes log-softmaxes
-    (transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor``, used by Emu3). With one
-    branch (``batch_size`` rows) the rows are returned (log-softmaxed for ``"logprobs"``).
-    """
-    logits = logits.float()
-    if space == "logprobs":
-        logits = logits.log_softmax(-1)
-    if logits.shape[0] == batch_size:
-        return logits
-    cond, uncond = logits[:batch_size], logits[batch_size:]
-    return uncond + guidance_scale * (cond - uncond)
-
-
 class HFImageSession(ARSession):
     """A batch of image generations on a transformers decoder with a ``DynamicCache``.
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from diffspec.ar_image.llamagen import LlamaGenTransformer
-from diffspec.ar_image.target import ARImageTarget, ARSession
+from diffspec.ar_image.target import ARImageTarget, ARSession, mix_cfg
 
 
 class TokenDecoder(Protocol):
@@ -37,14 +37,6 @@ class TokenDecoder(Protocol):
     def decode_code(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """``(B, rows*cols)`` tokens → ``(B, 3, H, W)`` images in about ``[-1, 1]``."""
         ...
-
-
-def mix_cfg(logits: torch.Tensor, batch: int, scale: float) -> torch.Tensor:
-    """``l_u + s (l_c - l_u)`` over model rows ``[cond (batch); uncond (batch)]``; identity without CFG."""
-    if logits.shape[0] == batch:
-        return logits
-    cond, uncond = logits[:batch], logits[batch:]
-    return uncond + scale * (cond - uncond)
 
 
 class LlamaGenSession(ARSession):

@@ -128,3 +128,22 @@ class ARImageTarget(ABC):
         tokens = generate_plain(self, class_labels, prompt, guidance_scale, generator, temperature, top_k, top_p,
                                 stats=stats, **conditions)
         return finish(self, tokens, output_type, return_dict, stats)
+
+
+CFG_SPACES = ("logits", "logprobs")
+
+
+def mix_cfg(logits: torch.Tensor, batch_size: int, guidance_scale: float, space: str = "logits") -> torch.Tensor:
+    """Classifier-free guidance on stacked ``[cond; uncond]`` rows: ``u + s (c - u)`` in fp32.
+
+    ``space="logits"`` mixes raw logits (Janus, LlamaGen); ``"logprobs"`` mixes log-softmaxes
+    (transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor``, used by Emu3). With one
+    branch (``batch_size`` rows) the rows are returned (log-softmaxed for ``"logprobs"``).
+    """
+    logits = logits.float()
+    if space == "logprobs":
+        logits = logits.log_softmax(-1)
+    if logits.shape[0] == batch_size:
+        return logits
+    cond, uncond = logits[:batch_size], logits[batch_size:]
+    return uncond + guidance_scale * (cond - uncond)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ar_stepping import greedy_by_steps
 
 from diffspec.ar_image.janus import JanusTarget
-
-from ar_stepping import greedy_by_steps
 
 transformers = pytest.importorskip("transformers")
 
