@@ -113,3 +113,28 @@ def qwen_inputs(batch: int, seed: int, video: bool = False) -> dict:
     key = "video" if video else "image"
     return {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": mm,
             f"pixel_values{'_videos' if video else ''}": patches, f"{key}_grid_thw": grid}
+
+
+def noisy(model, scale: float, seed: int = 0):
+    """A drafter from the target's own weights: ``scale`` 0 = the target itself (full acceptance);
+    > 0 adds seeded Gaussian noise (``scale`` x the logits' std) to its logits (partial); ``inf`` rolls the logits by one id, so
+    its argmax is never the target's (acceptance 0 without logits processors)."""
+    import copy
+    import functools
+
+    base = type(model)
+    g = torch.Generator().manual_seed(seed)
+
+    @functools.wraps(base.forward)  # keeps the signature (pixel_values, ...) that callers inspect
+    def forward(self, *args, **kwargs):
+        out = base.forward(self, *args, **kwargs)
+        if scale == float("inf"):
+            out.logits = out.logits.roll(1, dims=-1)
+        elif scale > 0:
+            std = out.logits.std(-1, keepdim=True)
+            out.logits = out.logits + scale * std * torch.randn(out.logits.shape, generator=g)
+        return out
+
+    drafter = copy.deepcopy(model)
+    drafter.__class__ = type(f"Noisy{base.__name__}", (base,), {"forward": forward})
+    return drafter
