@@ -96,13 +96,13 @@ def llava_inputs(batch: int, seed: int) -> dict:
 
 
 def qwen_inputs(batch: int, seed: int, video: bool = False) -> dict:
-    """Qwen2-VL inputs: an 8x16 image (grid 1x2x4: 2 merged tokens) or a 2-frame... video (grid 2x2x4)."""
+    """Qwen2-VL inputs: an 8x16 image (grid 1x2x4: 2 merged tokens) or a 4-frame video (grid 2x2x4 after temporal patches of 2)."""
     g = torch.Generator().manual_seed(seed)
     t = 2 if video else 1
     grid = torch.tensor([[t, 2, 4]] * batch)
     n_tok = t * 2 * 4 // 4
     token = VIDEO_ID if video else IMAGE_ID
-    rows, types = [], []
+    rows = []
     for _ in range(batch):
         pre, post = (torch.randint(3, IMAGE_ID, (int(n),), generator=g) for n in torch.randint(1, 5, (2,), generator=g))
         row = torch.cat([pre, torch.tensor([VSTART]), torch.full((n_tok,), token), torch.tensor([VEND]), post])
