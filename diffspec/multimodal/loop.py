@@ -44,17 +44,19 @@ from .slots import SlotState
 def process(logits_processor: Any, seqs: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """Apply ``logits_processor`` to ``scores`` (B, V) with row ``b``'s prefix ``seqs[b, :lengths[b]]``.
 
-    Processors take one ``input_ids`` width per call, so rows are grouped by prefix length (one
-    call when the rows are in step, as at batch 1).
+    Processors take one ``input_ids`` width per call, and some keep per-row state sized to the
+    batch (``repetition_penalty``'s prompt mask), so each distinct prefix length gets one
+    full-batch call whose rows of that length are kept (a single call when rows are in step, as
+    at batch 1).
     """
     if not logits_processor:
         return scores
     if bool((lengths == lengths[0]).all()):
         return logits_processor(seqs[:, : int(lengths[0])], scores.clone())
     out = scores.clone()
-    for length in lengths.unique().tolist():  # groups of rows with equal prefix length
-        rows = (lengths == length).nonzero()[:, 0]
-        out[rows] = logits_processor(seqs[rows, :length], scores[rows].clone())
+    for length in lengths.unique().tolist():  # one full-batch call per distinct prefix length
+        rows = lengths == length
+        out[rows] = logits_processor(seqs[:, :length], scores.clone())[rows]
     return out
 
 

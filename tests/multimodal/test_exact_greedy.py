@@ -98,3 +98,17 @@ def test_eos_cut_and_pad_after_eos():
                                   num_draft_tokens=4)
             assert torch.equal(out, ref)
     assert found > 0
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2-vl"])
+def test_content_and_length_dependent_processors(name):
+    """Repetition penalty (reads the prefix) and min_new_tokens (reads its length) see, at every
+    verified position, the prefix plain decoding had, also when rows are out of step."""
+    target = _target(name)
+    inputs = _inputs(name, 3, 11)
+    kw = dict(**inputs, max_new_tokens=14, do_sample=False, suppress_tokens=SPECIAL, repetition_penalty=1.5,
+              no_repeat_ngram_size=2, min_new_tokens=6, eos_token_id=[2, 5, 7, 11, 13])
+    ref = target.generate(**kw)
+    out = target.generate(**kw, custom_generate=speculative_generate, drafter=noisy(target, 0.3, 1),
+                          num_draft_tokens=3, drafter_inputs=inputs)
+    assert torch.equal(out, ref)
