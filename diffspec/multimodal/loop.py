@@ -107,6 +107,7 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         raise ValueError(f"past_key_values={type(cache).__name__} is not supported: the loop crops the cache, "
                          "use the default DynamicCache")
     stats = spec_stats if spec_stats is not None else SpecStats(method="draft")
+    max_draft_tokens = max(max_draft_tokens, num_draft_tokens)
     do_sample = bool(generation_config.do_sample)
     B, T0 = input_ids.shape
     dev = input_ids.device
