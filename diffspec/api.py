@@ -13,6 +13,7 @@ import torch
 from .ar_image.config import MCSJDConfig, SJDConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .multimodal.config import DraftConfig, TextDraftConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
@@ -57,8 +58,9 @@ _REGISTRY: dict[str, MethodInfo] = {
         _planned("gsd", "ar_image", False, "grouped speculative decoding"),
         _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
         _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
-        _planned("draft", "multimodal", True, "classic speculative decoding with a draft model"),
-        _planned("text-draft", "multimodal", True, "VLM drafter without vision"),
+        _info(DraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+              "classic speculative decoding with a draft model"),
+        _info(TextDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline", "VLM drafter without vision"),
         _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),
         _planned("self-draft", "multimodal", True, "layer-skip / sparse-KV self drafting"),
         _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
@@ -87,6 +89,8 @@ def target_family(target: Any) -> str | None:
     """The method family a target belongs to, or None if diffspec does not know it."""
     if isinstance(target, ARImageTarget):
         return "ar_image"
+    if isinstance(target, (tuple, list)) and len(target) == 2:  # (model, processor)
+        return "multimodal" if target_family(target[0]) == "multimodal" else None
     try:
         from diffusers import DiffusionPipeline
 
@@ -161,7 +165,9 @@ class SpeculativePipeline:
                 "objects with a transformer (DiT, PixArt, SD3, Flux) for the diffusion methods "
                 f"({', '.join(m.name for m in methods('diffusion', available_only=True))}) and AR image targets "
                 "(diffspec.ar_image: LlamaGenTarget, JanusTarget, Emu3Target) for "
-                f"{', '.join(m.name for m in methods('ar_image', available_only=True))}"
+                f"{', '.join(m.name for m in methods('ar_image', available_only=True))} and transformers "
+                "generative models (LMs, LLaVA, Qwen2-VL), optionally as (model, processor), for "
+                f"{', '.join(m.name for m in methods('multimodal', available_only=True))}"
             )
         name = method.method if isinstance(method, MethodConfig) else method
         info = _REGISTRY.get(name) if isinstance(name, str) else None
@@ -172,10 +178,13 @@ class SpeculativePipeline:
                 f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
                 + (_AR_WRAP_HINT if info.family == "ar_image" else "")
             )
+        extra = {"draft": overrides.pop("draft")} if "draft" in overrides else {}  # a drafter object, not config
         info, config = resolve_config(method, overrides)
+        if extra and info.family != "multimodal":
+            raise ValueError(f"draft= is a multimodal drafter model; method {info.name!r} takes none")
         module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]
         impl = getattr(importlib.import_module(module), cls_name)
-        return impl.wrap(target, config)
+        return impl.wrap(target, config, **extra)
 
     @classmethod
     def from_pretrained(

@@ -1,0 +1,17 @@
+"""Speculative decoding for transformers generative models: text LMs and VLMs (image, video).
+
+The shared draft/verify loop (:func:`~diffspec.multimodal.loop.speculative_generate`) plugs into
+``model.generate(custom_generate=...)``; :class:`~diffspec.multimodal.pipeline.MultimodalPipeline`
+is what ``SpeculativePipeline.from_pipe((model, processor), method="draft", draft=drafter)`` builds.
+
+Example:
+    >>> from diffspec import SpeculativePipeline  # doctest: +SKIP
+    >>> spec = SpeculativePipeline.from_pipe((vlm, processor), method="text-draft", draft=small_lm)  # doctest: +SKIP
+    >>> out = spec(text=["<image> Describe it."], images=[img], max_new_tokens=32)  # doctest: +SKIP
+    >>> out.text, spec.stats.extra["accepted_per_round"]  # doctest: +SKIP
+"""
+
+from .config import DraftConfig, TextDraftConfig
+from .loop import speculative_generate
+
+__all__ = ["DraftConfig", "TextDraftConfig", "speculative_generate"]

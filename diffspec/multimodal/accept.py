@@ -1,0 +1,75 @@
+"""Acceptance rules of the exact draft/verify loop, pure tensor functions (no loops over rows).
+
+Inputs: drafts ``d`` (B, k), processed target scores ``p_logits`` (B, k+1, V) and, for sampling,
+the processed draft distributions ``q`` (B, k, V). Outputs: the accepted count ``m`` (B,) and
+the ``k + 1`` emitted tokens per row (``d[:, :m]`` then the correction/bonus at index ``m``).
+
+Example:
+    >>> import torch
+    >>> d = torch.tensor([[3, 1]])
+    >>> logits = torch.nn.functional.one_hot(torch.tensor([[3, 2, 0]]), 4).float()
+    >>> m, tokens = greedy_accept(d, logits)
+    >>> m.tolist(), tokens.tolist()
+    ([1], [[3, 2, 0]])
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _emit(drafts: torch.Tensor, m: torch.Tensor, correction: torch.Tensor) -> torch.Tensor:
+    """(B, k+1): the drafts with the token at index ``m`` replaced by ``correction``."""
+    tokens = torch.cat([drafts, correction[:, None]], dim=1)
+    return tokens.scatter(1, m[:, None], correction[:, None])
+
+
+def greedy_accept(drafts: torch.Tensor, p_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Longest prefix of drafts equal to the target argmax, plus the target's token after it (A1).
+
+    Args:
+        drafts: (B, k) draft ids.
+        p_logits: (B, k+1, V) processed target scores at the k+1 verified positions.
+
+    Returns:
+        ``(m, tokens)``: accepted counts (B,) and (B, k+1) tokens whose first ``m + 1`` are emitted.
+    """
+    target = p_logits.argmax(-1)
+    m = (drafts == target[:, :-1]).long().cumprod(1).sum(1)
+    return m, _emit(drafts, m, target.gather(1, m[:, None])[:, 0])
+
+
+def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tensor,
+                    generator: torch.Generator | None = None, *, residual: bool = True,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative rejection sampling (Leviathan et al., Alg. 1), exact in law (A2).
+
+    Draft ``i`` is accepted if ``u_i < p_i(d_i) / q_i(d_i)`` with fresh uniforms; at the first
+    rejection the token is drawn from ``normalise(max(0, p - q))``; after a full accept the bonus
+    is drawn from ``p_{k+1}``.
+
+    Args:
+        drafts: (B, k) draft ids, sampled from ``q``.
+        p_logits: (B, k+1, V) processed target scores (``-inf`` where a warper removed a token).
+        q: (B, k, V) the draft distributions the drafts were sampled from.
+        generator: RNG of the uniforms and the correction draw.
+        residual: False draws the correction from ``p`` instead of the residual (a planted bias,
+            used by the tests to show the chi-square check detects it).
+
+    Returns:
+        ``(m, tokens)`` as :func:`greedy_accept`.
+    """
+    p = torch.softmax(p_logits.float(), dim=-1)
+    B, k = drafts.shape
+    p_d = p[:, :k].gather(2, drafts[..., None])[..., 0]
+    q_d = q.float().gather(2, drafts[..., None])[..., 0]
+    u = torch.rand((B, k), generator=generator, device=drafts.device)
+    m = (u * q_d < p_d).long().cumprod(1).sum(1)
+    p_m = p.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
+    q_pad = torch.cat([q.float(), torch.zeros_like(q[:, :1], dtype=torch.float)], dim=1)
+    q_m = q_pad.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
+    res = (p_m - q_m).clamp_min(0) if residual else p_m
+    mass = res.sum(-1, keepdim=True)
+    res = torch.where(mass > 0, res, p_m)  # p == q at this position: the residual is empty, never drawn
+    correction = torch.multinomial(res, 1, generator=generator)[:, 0]
+    return m, _emit(drafts, m, correction)

@@ -1,0 +1,91 @@
+"""Ragged rows over one dense KV cache: masked slots and explicit gap-free positions.
+
+Rows of a batch accept different numbers of drafts. Instead of re-padding, every row keeps its
+rejected cache slots (attention mask 0) and each row has its own next position, so the tokens
+it feeds later get the positions plain decoding would have given them (M-RoPE included: a
+position tensor (R, B, L) advances every row ``R`` alike, as transformers' generation does for
+decoded tokens). The cache tail rejected by *every* row is cropped (5.x ``crop(-n)``), so batch 1
+reduces to the usual assisted-generation rollback.
+
+Example:
+    >>> import torch
+    >>> s = SlotState(cache=None, mask=torch.ones(2, 3, dtype=torch.long), next_pos=torch.tensor([3, 2]))
+    >>> s.positions(2).tolist()
+    [[3, 4], [2, 3]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def drop_tail(cache: Any, n: int) -> None:
+    """Remove the last ``n`` slots of a transformers cache (no-op for ``n <= 0``; 5.x semantics).
+
+    ``crop(0)`` empties a 4.x cache, so it is never called with 0.
+    """
+    if n > 0:
+        cache.crop(-n)
+
+
+@dataclass
+class SlotState:
+    """One model's cache with its slot mask (B, S) and next positions ((B,) or (R, B))."""
+
+    cache: Any
+    mask: torch.Tensor
+    next_pos: torch.Tensor
+
+    @classmethod
+    def after_prefill(cls, cache: Any, mask: torch.Tensor, position_ids: torch.Tensor | None) -> SlotState:
+        """State after a prefill of ``mask.shape[1]`` slots, from the prompt's position ids (or the mask)."""
+        if position_ids is None:
+            next_pos = mask.long().sum(-1)
+        else:  # plain decoding continues from the last position; a masked last slot (text-only
+            # drafter) continues from the largest real one
+            last_real = position_ids.masked_fill(mask == 0, -1).amax(-1) + 1
+            next_pos = torch.where(mask[:, -1] > 0, position_ids[..., -1] + 1, last_real)
+        return cls(cache, mask.long(), next_pos.long())
+
+    def positions(self, length: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions of the next ``length`` fed slots; ``valid`` (B, length) marks the real ones
+        (a masked slot takes the position of the next real slot and does not advance it)."""
+        if valid is None:
+            offs = torch.arange(length, device=self.mask.device).expand(self.mask.shape[0], length)
+        else:
+            offs = valid.long().cumsum(1) - valid.long()
+        return self.next_pos[..., None] + offs
+
+    def forward(self, model: Any, ids: torch.Tensor, valid: torch.Tensor | None = None,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """Feed ``ids`` (B, L) after the cached slots; return logits of the last ``logits_to_keep``
+        (0: all). ``valid`` (B, L) masks slots that must stay invisible (holes)."""
+        L = ids.shape[1]
+        valid = torch.ones_like(ids, dtype=torch.long) if valid is None else valid.long()
+        pos = self.positions(L, valid)
+        self.mask = torch.cat([self.mask, valid], dim=1)
+        out = model(input_ids=ids, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
+                    use_cache=True, logits_to_keep=logits_to_keep)
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + valid.sum(1)
+        return out.logits
+
+    def rollback(self, fed: int, keep: torch.Tensor) -> None:
+        """Of the last ``fed`` slots, row ``b`` keeps its first ``keep[b]`` *real* ones.
+
+        The slots after the longest kept prefix are cropped from the cache; the other rows'
+        rejected slots are masked and their next positions moved back.
+        """
+        new_mask = self.mask[:, -fed:]
+        real_rank = new_mask.cumsum(1)  # 1-based rank among real slots
+        kept = (new_mask > 0) & (real_rank <= keep[:, None])
+        last_kept = torch.where(kept, torch.arange(1, fed + 1, device=kept.device), 0).amax().item()  # the one sync
+        drop = fed - int(last_kept)
+        self.next_pos = self.next_pos - (new_mask.sum(1) - kept.sum(1))
+        self.mask = torch.cat([self.mask[:, :-fed], kept.long()], dim=1)
+        if drop > 0:
+            drop_tail(self.cache, drop)
+            self.mask = self.mask[:, :-drop]
