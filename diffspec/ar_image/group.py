@@ -4,8 +4,8 @@ Instead of testing the draft ``x`` alone, the test ``min(1, p(C)/q(C))`` uses th
 cluster ``C`` of tokens the target row ``p`` finds interchangeable with ``x``:
 
 1. the ``group_size`` tokens ranked nearest to ``x`` when ``p`` is sorted (``group_size // 2``
-   ranks above ``x``, the rest below, ``x`` included; one stable sort per window row, vectorised
-   over batch rows and window positions);
+   ranks above ``x``, the rest below, ``x`` included; ties ranked by token id, as a stable sort;
+   found by two ``topk`` on a tie-free integer key, no sort, vectorised over rows and positions);
 2. minus the members whose probability differs from ``p(x)`` by ``delta_p`` or more, or whose
    token embedding (the target's :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`)
    lies at squared L2 distance ``embed_dist`` or more from ``x``'s (no embeddings: no such filter).
@@ -64,25 +64,32 @@ class GroupAcceptance:
             draft: ``(...)`` draft tokens.
 
         Returns:
-            ``(tokens (..., G), keep (..., G) bool)``: the rank window around the draft and which
-            members pass the filters (the draft's own slot always does).
+            ``(tokens (..., G'), keep (..., G') bool)``: the rank window around the draft
+            (``G' = min(G, 2V - 1)``-ish: ranks beyond the vocabulary are dropped, slots outside it
+            are marked not kept) and which members pass the filters (the draft always does).
         """
         vocab = p.shape[-1]
         if self.embeddings is not None and self.embeddings.shape[0] < vocab:
             raise ValueError(f"embeddings have {self.embeddings.shape[0]} rows for a codebook of {vocab}")
-        order = p.sort(dim=-1, descending=True, stable=True).indices
-        rank = (order == draft.unsqueeze(-1)).int().argmax(-1, keepdim=True)
-        offsets = torch.arange(self.group_size, device=p.device) - self.group_size // 2
-        ranks = rank + offsets
-        inside = (ranks >= 0) & (ranks < vocab)
-        tokens = order.gather(-1, ranks.clamp(0, vocab - 1))
+        # rank order as one int64 key per token: fp32 bits of p >= 0 sort like p; ties go to the lower id
+        ids = torch.arange(vocab, device=p.device)
+        key = (p.float().clamp_min(0) + 0.0).contiguous().view(torch.int32).long() * vocab + (vocab - 1 - ids)
+        kx = key.gather(-1, draft.unsqueeze(-1))
+        none = torch.iinfo(torch.int64).min
+        up, down = min(self.group_size // 2, vocab - 1), min(self.group_size - 1 - self.group_size // 2, vocab - 1)
+        above = torch.where(key > kx, -key, none).topk(up, -1).values  # nearest ranks above x
+        below = torch.where(key < kx, key, none).topk(down, -1).values  # nearest ranks below x
+        keys = torch.cat([-above, kx, below], -1)
+        inside = torch.cat([above != none, torch.ones_like(kx, dtype=torch.bool), below != none], -1)
+        tokens = torch.where(inside, vocab - 1 - keys.remainder(vocab), draft.unsqueeze(-1))
         px = p.gather(-1, draft.unsqueeze(-1))
         keep = inside & ((p.gather(-1, tokens) - px).abs() < self.delta_p)
         if self.embeddings is not None:
             emb = self.embeddings.to(p.device)
             dist = (emb[tokens] - emb[draft].unsqueeze(-2)).square().sum(-1)
             keep &= dist < self.embed_dist
-        return tokens, keep | (offsets == 0)
+        keep[..., up] = True  # x itself
+        return tokens, keep
 
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
         """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
