@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .ar_image.config import MCSJDConfig, SJDConfig
+from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
@@ -55,7 +55,8 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(SJDConfig, "diffspec.pipelines.ar_image:ARImagePipeline", "speculative Jacobi decoding"),
         _info(MCSJDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
               "SJD with maximal coupling of successive draws"),
-        _planned("gsd", "ar_image", False, "grouped speculative decoding"),
+        _info(GSDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
+              "grouped speculative decoding (relaxed group acceptance in the MC-SJD loop)"),
         _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
         _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
         _info(DraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",

@@ -1,6 +1,6 @@
-"""Configs of the exact AR image methods: ``sjd`` and ``mc-sjd`` (speculative Jacobi decoding).
+"""Configs of the AR image methods: ``sjd``, ``mc-sjd`` (exact speculative Jacobi decoding) and ``gsd`` (relaxed).
 
-Both methods draft a window of future image tokens, verify the whole window with one target call
+The exact methods draft a window of future image tokens, verify the whole window with one target call
 and keep a prefix by modified rejection sampling, so the output law is the target's. They differ
 in how the tokens left in the window are re-drafted from the new logits (``coupling``).
 
@@ -119,4 +119,50 @@ class MCSJDConfig(ARSamplingConfig):
         super().__post_init__()
         check_int("window", self.window, 1, 4096)
         check_choice("coupling", self.coupling, COUPLINGS[1:])
+        check_choice("init", self.init, INITS)
+
+
+@dataclass(frozen=True)
+class GSDConfig(ARSamplingConfig):
+    """Grouped speculative decoding (method ``gsd``, So et al. ICCV 2025), relaxed (not exact).
+
+    The Jacobi loop of :class:`MCSJDConfig` with the group test of
+    :class:`~diffspec.ar_image.group.GroupAcceptance`: a draft ``x`` is accepted with
+    ``min(1, p(C)/q(C))`` where ``C`` is the set of tokens ranked within ``group_size`` of ``x`` in
+    the target row whose probability is within ``delta_p`` of ``p(x)`` and whose token embedding
+    (when the target has :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`) is
+    within squared L2 distance ``embed_dist``. Rejections resample the plain residual
+    ``(p - q)_+``. ``group_size=1`` (or ``delta_p=0``, ``embed_dist=0``) is ``mc-sjd`` exactly.
+
+    Args:
+        window: drafts verified per call.
+        group_size: rank window around the draft, the draft included (the paper: 25 for COCO, 50 for Parti).
+        delta_p: probability-gap filter (strict).
+        embed_dist: squared-L2 embedding-distance filter (strict; the official code's 0.5).
+        coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
+            ``"independent"`` (the paper's SJD loop).
+        init, temperature, top_k, top_p: see :class:`SJDConfig`.
+
+    Example:
+        >>> GSDConfig(group_size=50).delta_p
+        0.15
+    """
+
+    method: ClassVar[str] = "gsd"
+    exact: ClassVar[bool] = False
+
+    window: int = 64
+    group_size: int = 25
+    delta_p: float = 0.15
+    embed_dist: float = 0.5
+    coupling: str = "maximal"
+    init: str = "uniform"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("window", self.window, 1, 4096)
+        check_int("group_size", self.group_size, 1, 65536)
+        check_float("delta_p", self.delta_p, 0.0, 1.0)
+        check_float("embed_dist", self.embed_dist, 0.0)
+        check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)

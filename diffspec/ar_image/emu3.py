@@ -120,6 +120,11 @@ class Emu3Target(ARImageTarget):
         return session
 
     @torch.no_grad()
+    def token_embeddings(self) -> torch.Tensor:
+        """Input embeddings of the visual tokens and EOL (the codebook order), ``(codebook_size, dim)``."""
+        return self.model.get_input_embeddings()(self.vocab_ids).float()
+
+    @torch.no_grad()
     def decode_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """``(B, height * (width + 1))`` codebook indices → ``(B, 3, H, W)`` in ``[-1, 1]``."""
         grid = tokens.to(self.device).view(-1, self.height, self.width + 1)[..., : self.width]

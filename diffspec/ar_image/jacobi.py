@@ -29,16 +29,22 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..stats import SpecStats
 from .plain import window_forced
-from .sampling import Generators, GumbelTable, force, gumbel_argmax, mrs, sample, uniform, warp
+from .sampling import Generators, GumbelTable, MRSResult, force, gumbel_argmax, mrs, sample, uniform, warp
 
 if TYPE_CHECKING:
     from .target import ARSession
+
+
+Acceptance = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Generators], MRSResult]
+"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.ar_image.sampling.mrs`,
+the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position."""
 
 
 def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tensor, generator: Generators,
@@ -70,8 +76,8 @@ def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tens
 
 def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: str, init: str,
                   sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
-                  bar: Any = None, _kept_old_q: bool = False) -> torch.Tensor:
-    """Sample ``(B, num_tokens)`` image tokens by speculative Jacobi decoding (exact).
+                  bar: Any = None, _kept_old_q: bool = False, acceptance: Acceptance | None = None) -> torch.Tensor:
+    """Sample ``(B, num_tokens)`` image tokens by speculative Jacobi decoding (exact with the default acceptance).
 
     Args:
         session: an open session (CFG is inside it).
@@ -86,9 +92,13 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
         bar: a tqdm bar advanced by the tokens committed each round.
         _kept_old_q: test-only planted bias: a token the maximal coupling kept keeps its OLD q
             (the bookkeeping that makes MC-SJD inexact; exactness tests must catch it).
+        acceptance: the verification rule (default :func:`~diffspec.ar_image.sampling.mrs`, exact);
+            its outputs are also the ``maximal`` re-drafts. A relaxed rule's mean ``relaxation``
+            over the positions it decided (accepted prefix + first rejection) goes to
+            ``stats.extra["relaxed_tv"]``.
 
     Returns:
-        Image tokens, distributed exactly as the plain loop's.
+        Image tokens, distributed exactly as the plain loop's (default acceptance).
     """
     batch, n = session.batch_size, num_tokens
     dev = session.first_logits.device
@@ -105,6 +115,8 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     row_calls = torch.ones(batch, device=dev)
     accepted = torch.zeros((), dtype=torch.long, device=dev)
     proposed = torch.zeros((), dtype=torch.long, device=dev)
+    relaxed = torch.zeros(2, device=dev)  # sum of relaxation over decided positions, their count
+    verify = mrs if acceptance is None else acceptance
     length = min(window, n - 1)
     if bar is not None:
         bar.update(batch)
@@ -133,8 +145,11 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
                 p = force(p, f)
             draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
             valid = pos[:, :length] < n
-            res = mrs(p[:, :length], q, draft, generator)
+            res = verify(p[:, :length], q, draft, generator)
             lead = (res.accepted & valid).long().cumprod(1).sum(1)
+            if res.relaxation is not None:
+                decided = (ar[:length] <= lead.unsqueeze(1)) & valid
+                relaxed += torch.stack([(res.relaxation * decided).sum(), decided.sum().float()])
             accepted += lead.sum()
             proposed += valid.sum()
             bonus = sample(p[:, length], generator)
@@ -185,4 +200,6 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
         stats.proposed += int(proposed)
         stats.extra.update(iterations=calls - 1, step_compression=n / calls,
                            tokens_per_call=float((n / row_calls).mean()))
+        if acceptance is not None:
+            stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
     return tokens

@@ -101,6 +101,12 @@ class JanusTarget(ARImageTarget):
                               guidance_scale=guidance_scale, num_tokens=self.num_tokens)
 
     @torch.no_grad()
+    def token_embeddings(self) -> torch.Tensor:
+        """Decoder input embeddings of every image token (``generation_embeddings`` + aligner)."""
+        ids = torch.arange(self.codebook_size, device=self.device)
+        return self.model.prepare_embeddings_for_image_generation(ids).float()
+
+    @torch.no_grad()
     def decode_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """Image tokens → ``(B, 3, H, W)`` in ``[-1, 1]`` through Janus' VQ decoder."""
         images = self.model.decode_image_tokens(tokens.to(self.device))  # (B, H, W, 3)

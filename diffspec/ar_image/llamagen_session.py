@@ -178,6 +178,10 @@ class LlamaGenTarget(ARImageTarget):
         """The GPT's device."""
         return self.model.tok_embeddings.weight.device
 
+    def token_embeddings(self) -> torch.Tensor:
+        """The GPT's ``tok_embeddings`` rows of the image tokens, ``(codebook_size, dim)``."""
+        return self.model.tok_embeddings.weight[: self.codebook_size].detach()
+
     @property
     def codebook(self) -> torch.Tensor:
         """``(codebook_size, dim)`` code vectors of the decoder (LANTERN neighbourhoods)."""

@@ -113,13 +113,18 @@ class MRSResult:
     Attributes:
         accepted: bool, the draft was kept.
         tokens: the draft where accepted, a residual draw otherwise (distributed as ``p``).
+        relaxation: ``None`` for the exact test; for a relaxed test (``accept_mass``), the
+            per-position ``|a_relaxed(x) - min(1, p(x)/q(x))|``, whose mean over drafts ``x ~ q``
+            bounds the TV between the output law and ``p`` (the per-token TV budget spent).
     """
 
     accepted: torch.Tensor
     tokens: torch.Tensor
+    relaxation: torch.Tensor | None = None
 
 
-def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
+def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators,
+        accept_mass: tuple[torch.Tensor, torch.Tensor] | None = None) -> MRSResult:
     """Modified rejection sampling of ``draft`` (drawn from ``q``) against ``p``, at every position.
 
     Args:
@@ -127,10 +132,15 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
         q: ``(..., V)`` the law each draft was drawn from.
         draft: ``(...)`` draft tokens.
         generator: randomness (fresh uniforms for the test and the residual draw).
+        accept_mass: relaxed rules only: ``(p_mass, q_mass)`` ``(...)`` replacing ``p(x)`` and
+            ``q(x)`` in the test (accept with ``min(1, p_mass/q_mass)``); the residual stays
+            ``(p - q)_+`` and the same uniforms are used, so masses equal to ``(p(x), q(x))``
+            give bit-identical results.
 
     Returns:
         :class:`MRSResult`; ``tokens`` is distributed as ``p`` whatever ``q`` is, and equals the
-        draft with probability ``1 - TV(p, q)`` when ``draft ~ q`` (a maximal coupling).
+        draft with probability ``1 - TV(p, q)`` when ``draft ~ q`` (a maximal coupling). With
+        ``accept_mass`` the law is relaxed and ``relaxation`` is set.
 
     Example:
         >>> p, q = torch.tensor([[0.5, 0.5]]), torch.tensor([[1.0, 0.0]])
@@ -140,11 +150,22 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
     u = uniform((*draft.shape, 2), generator, p.device)
     idx = draft.unsqueeze(-1)
     px, qx = p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1)
+    relaxation = None
+    if accept_mass is not None:
+        pm, qm = accept_mass
+        relaxation = (acceptance_prob(pm, qm) - acceptance_prob(px, qx)).abs()
+        px, qx = pm, qm
     accepted = u[..., 0] * qx < px
     residual = (p - q).clamp_min_(0)
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual, p)
-    return MRSResult(accepted, torch.where(accepted, draft, sample_with(residual, u[..., 1])))
+    return MRSResult(accepted, torch.where(accepted, draft, sample_with(residual, u[..., 1])), relaxation)
+
+
+def acceptance_prob(p_mass: torch.Tensor, q_mass: torch.Tensor) -> torch.Tensor:
+    """``min(1, p_mass / q_mass)`` as the test ``u * q_mass < p_mass`` uses it (1 where ``q_mass`` is 0 < ``p_mass``)."""
+    return torch.where(q_mass > 0, (p_mass / q_mass.clamp_min(torch.finfo(q_mass.dtype).tiny)).clamp(max=1.0),
+                       (p_mass > 0).to(p_mass.dtype))
 
 
 def gumbel(u: torch.Tensor) -> torch.Tensor:

@@ -80,6 +80,13 @@ class ARImageTarget(ABC):
         """Where the target computes (sessions return tensors there)."""
         return torch.device("cpu")
 
+    def token_embeddings(self) -> torch.Tensor | None:
+        """``(codebook_size, dim)`` input embeddings of the image tokens (``gsd``'s distance filter), or None.
+
+        The default None means unknown: relaxed rules then use rank/probability filters only.
+        """
+        return None
+
     @abstractmethod
     def start(self, *, guidance_scale: float = 1.0, **conditions: Any) -> ARSession:
         """Open a session for a batch of conditions (``class_labels=[...]`` or ``prompt=[...]``).

@@ -1,4 +1,4 @@
-"""``sjd`` / ``mc-sjd`` on AR image targets: exact speculative Jacobi decoding, same call as the target.
+"""``sjd`` / ``mc-sjd`` (exact) and ``gsd`` (relaxed) on AR image targets: Jacobi decoding, same call as the target.
 
 The wrapper drives an :class:`~diffspec.ar_image.target.ARImageTarget` (LlamaGen-style model,
 the toy table target, adapters) through its session protocol; the target's own call is the plain
@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..api import SpeculativePipeline
-from ..ar_image.config import MCSJDConfig, SJDConfig
+from ..ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
+from ..ar_image.group import GroupAcceptance
 from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.plain import finish, open_session, plain_sample
 from ..ar_image.sampling import Generators
@@ -28,7 +29,7 @@ from ..progress import progress
 
 
 class ARImagePipeline(SpeculativePipeline):
-    """An AR image target sampled by speculative Jacobi decoding (``sjd`` or ``mc-sjd``), exact.
+    """An AR image target sampled by speculative Jacobi decoding (``sjd``, ``mc-sjd``: exact; ``gsd``: relaxed).
 
     Call it like the target: ``spec(class_labels=..., prompt=..., guidance_scale=..., generator=...,
     output_type="pil" | "np" | "pt" | "tokens", return_dict=True)``. ``temperature``, ``top_k`` and
@@ -36,12 +37,13 @@ class ARImagePipeline(SpeculativePipeline):
     ``spec.stats`` (also ``out.spec_stats``): ``target_calls`` (prefill = 1 call), ``target_evals``
     (x CFG branches), ``accepted``/``proposed`` drafts, ``extra``: ``iterations`` (Jacobi rounds),
     ``step_compression`` (``num_tokens / target_calls`` for the batch) and ``tokens_per_call``
-    (mean over images of ``num_tokens`` / that image's calls).
+    (mean over images of ``num_tokens`` / that image's calls); ``gsd`` adds ``relaxed_tv`` (mean
+    per-token TV budget its group test spent, see :mod:`diffspec.ar_image.group`).
     """
 
     family = "ar_image"
 
-    def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig) -> None:
+    def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig | GSDConfig) -> None:
         super().__init__(pipe, config)
         self._progress_bar_config: dict[str, Any] = {}
         self.enable()
@@ -55,8 +57,9 @@ class ARImagePipeline(SpeculativePipeline):
         if not isinstance(target, ARImageTarget):
             raise ValueError(f"method {config.method!r} needs an ARImageTarget (diffspec.ar_image); "
                              f"got {type(target).__name__}")
-        if not isinstance(config, (SJDConfig, MCSJDConfig)):
-            raise ValueError(f"{type(config).__name__} is not an AR image Jacobi config (SJDConfig, MCSJDConfig)")
+        if not isinstance(config, (SJDConfig, MCSJDConfig, GSDConfig)):
+            raise ValueError(f"{type(config).__name__} is not an AR image Jacobi config (SJDConfig, MCSJDConfig, "
+                             "GSDConfig)")
         return cls(target, config)
 
     def _run(self, class_labels: Any = None, prompt: Any = None, guidance_scale: float | None = None,
@@ -74,8 +77,15 @@ class ARImagePipeline(SpeculativePipeline):
                     tokens = plain_sample(session, n, config.sampling, generator, self.stats, bar)
                 else:
                     tokens = jacobi_sample(session, n, config.window, config.coupling, config.init,
-                                           config.sampling, generator, self.stats, bar)
+                                           config.sampling, generator, self.stats, bar,
+                                           acceptance=self._acceptance(config))
         return finish(target, tokens, output_type, return_dict, self.stats)
+
+    def _acceptance(self, config: MethodConfig) -> GroupAcceptance | None:
+        """The verification rule of ``config``: None (exact MRS) or ``gsd``'s group test."""
+        if not isinstance(config, GSDConfig):
+            return None
+        return GroupAcceptance(config.group_size, config.delta_p, config.embed_dist, self.pipe.token_embeddings())
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:
         """The plain AR loop (one target call per token) that ``sjd``/``mc-sjd`` are exact against."""

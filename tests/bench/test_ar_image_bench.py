@@ -57,3 +57,30 @@ def test_ar_image_report_table(tmp_path):
     assert "16 tokens" in headline(doc)
     table = markdown_table(doc).splitlines()
     assert len(table) == 4 and table[2].startswith("| `baseline` |") and "1.00x" in table[2]
+
+
+def test_ar_image_suite_relaxed_gsd_arm(tmp_path):
+    doc = run_bench("ar-image", model=str(_model_folder(tmp_path)), methods=["mc-sjd", "gsd-G25"], repeats=1,
+                    warmup=0, quality_samples=6, show_progress=False)
+    runs = {r["method"]: r for r in doc["runs"]}
+    gsd, exact = runs["gsd-G25"], runs["mc-sjd"]
+    assert gsd["config"]["group_size"] == 25 and gsd["quality"]["exact"] is False and exact["quality"]["exact"]
+    assert 0 <= gsd["relaxed_tv"] <= 1 and "relaxed_tv" not in exact
+    for run in (gsd, exact):
+        same = run["quality"]["same_seed"]
+        assert same["samples"] == 6 and 0 <= same["vs_baseline"]["token_disagreement"] <= 1
+    assert "vs_mc_sjd" in gsd["quality"]["same_seed"] and "vs_mc_sjd" not in exact["quality"]["same_seed"]
+
+
+def test_same_seed_difference_counts_tokens_and_psnr():
+    from diffspec.bench.ar_image import same_seed_difference
+
+    a = torch.zeros(2, 4, dtype=torch.long)
+    b = a.clone()
+    b[0, :2] = 1
+    img = torch.zeros(2, 3, 4, 4)
+    assert same_seed_difference(a, a, img, img) == {"token_disagreement": 0.0, "psnr": 100.0}
+    other = img.clone()
+    other[0] = 1.0  # MSE 1 on a range of 2: 10 log10(4) dB for that image
+    report = same_seed_difference(b, a, other, img)
+    assert report["token_disagreement"] == 0.25 and abs(report["psnr"] - (100 + 10 * 0.60206) / 2) < 1e-3

@@ -1,0 +1,99 @@
+"""Grouped acceptance (method ``gsd``, So et al. 2025): a relaxed verification rule for the Jacobi engine.
+
+Instead of testing the draft ``x`` alone, the test ``min(1, p(C)/q(C))`` uses the mass of a
+cluster ``C`` of tokens the target row ``p`` finds interchangeable with ``x``:
+
+1. the ``group_size`` tokens ranked nearest to ``x`` when ``p`` is sorted (``group_size // 2``
+   ranks above ``x``, the rest below, ``x`` included; ties ranked by token id, as a stable sort;
+   found by two ``topk`` on a tie-free integer key, no sort, vectorised over rows and positions);
+2. minus the members whose probability differs from ``p(x)`` by ``delta_p`` or more, or whose
+   token embedding (the target's :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`)
+   lies at squared L2 distance ``embed_dist`` or more from ``x``'s (no embeddings: no such filter).
+   ``x`` itself always stays, so ``group_size=1``, ``delta_p=0`` or ``embed_dist=0`` give the
+   exact test of :func:`~diffspec.ar_image.sampling.mrs`, bit for bit.
+
+On rejection the residual is the plain ``(p - q)_+``, as in the paper: the output law is no longer
+``p``. The rule reports the per-position relaxation ``|min(1, p(C)/q(C)) - min(1, p(x)/q(x))|``,
+whose mean over drafts bounds the per-token TV spent (``stats.extra["relaxed_tv"]``).
+
+Example:
+    >>> rule = GroupAcceptance(group_size=3, delta_p=1.0)
+    >>> p = torch.tensor([[0.5, 0.3, 0.2]])
+    >>> q = torch.tensor([[0.0, 1.0, 0.0]])
+    >>> res = rule(p, q, torch.tensor([1]), torch.Generator().manual_seed(0))
+    >>> bool(res.accepted[0]), round(float(res.relaxation[0]), 3)  # p(C) = 1 = q(C), vs p(x)/q(x) = 0.3
+    (True, 0.7)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sampling import Generators, MRSResult, mrs
+
+
+class GroupAcceptance:
+    """The ``gsd`` verification rule, an :data:`~diffspec.ar_image.jacobi.Acceptance` for :func:`jacobi_sample`.
+
+    Args:
+        group_size: ranks considered around the draft (``x`` included); 1 = exact test.
+        delta_p: members need ``|p(y) - p(x)| < delta_p``.
+        embed_dist: members need ``||e_y - e_x||^2 < embed_dist`` (when ``embeddings`` is given).
+        embeddings: ``(codebook_size, dim)`` token embeddings, or None (rank and probability filters only).
+
+    Raises:
+        ValueError: ``group_size < 1``, negative thresholds, or embeddings of the wrong shape (named).
+    """
+
+    def __init__(self, group_size: int, delta_p: float, embed_dist: float = 0.5,
+                 embeddings: torch.Tensor | None = None) -> None:
+        if group_size < 1:
+            raise ValueError(f"group_size={group_size!r} is out of range: allowed [1, inf)")
+        if delta_p < 0 or embed_dist < 0:
+            raise ValueError(f"delta_p={delta_p!r} and embed_dist={embed_dist!r} must be >= 0")
+        if embeddings is not None and embeddings.dim() != 2:
+            raise ValueError(f"embeddings must be (codebook_size, dim); got shape {tuple(embeddings.shape)}")
+        self.group_size, self.delta_p, self.embed_dist = int(group_size), float(delta_p), float(embed_dist)
+        self.embeddings = None if embeddings is None else embeddings.detach().float()
+
+    def cluster(self, p: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Members of each draft's cluster.
+
+        Args:
+            p: ``(..., V)`` target probabilities.
+            draft: ``(...)`` draft tokens.
+
+        Returns:
+            ``(tokens (..., G'), keep (..., G') bool)``: the rank window around the draft
+            (``G' = min(G, 2V - 1)``-ish: ranks beyond the vocabulary are dropped, slots outside it
+            are marked not kept) and which members pass the filters (the draft always does).
+        """
+        vocab = p.shape[-1]
+        if self.embeddings is not None and self.embeddings.shape[0] < vocab:
+            raise ValueError(f"embeddings have {self.embeddings.shape[0]} rows for a codebook of {vocab}")
+        # rank order as one int64 key per token: fp32 bits of p >= 0 sort like p; ties go to the lower id
+        ids = torch.arange(vocab, device=p.device)
+        key = (p.float().clamp_min(0) + 0.0).contiguous().view(torch.int32).long() * vocab + (vocab - 1 - ids)
+        kx = key.gather(-1, draft.unsqueeze(-1))
+        none = torch.iinfo(torch.int64).min
+        up, down = min(self.group_size // 2, vocab - 1), min(self.group_size - 1 - self.group_size // 2, vocab - 1)
+        above = torch.where(key > kx, -key, none).topk(up, -1).values  # nearest ranks above x
+        below = torch.where(key < kx, key, none).topk(down, -1).values  # nearest ranks below x
+        keys = torch.cat([-above, kx, below], -1)
+        inside = torch.cat([above != none, torch.ones_like(kx, dtype=torch.bool), below != none], -1)
+        tokens = torch.where(inside, vocab - 1 - keys.remainder(vocab), draft.unsqueeze(-1))
+        px = p.gather(-1, draft.unsqueeze(-1))
+        keep = inside & ((p.gather(-1, tokens) - px).abs() < self.delta_p)
+        if self.embeddings is not None:
+            emb = self.embeddings.to(p.device)
+            dist = (emb[tokens] - emb[draft].unsqueeze(-2)).square().sum(-1)
+            keep &= dist < self.embed_dist
+        keep[..., up] = True  # x itself
+        return tokens, keep
+
+    def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
+        """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
+        tokens, keep = self.cluster(p, draft)
+        w = keep.to(p.dtype)
+        masses = ((p.gather(-1, tokens) * w).sum(-1), (q.gather(-1, tokens) * w).sum(-1))
+        return mrs(p, q, draft, generator, accept_mass=masses)

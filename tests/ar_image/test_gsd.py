@@ -1,0 +1,175 @@
+"""``gsd`` (grouped speculative decoding, relaxed): the group rule, its reduction to mc-sjd, its gain and its cost."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ar_checks import chi2_fit
+
+from diffspec import SpeculativePipeline, methods
+from diffspec.ar_image.config import GSDConfig
+from diffspec.ar_image.group import GroupAcceptance
+from diffspec.ar_image.jacobi import jacobi_sample
+from diffspec.ar_image.sampling import mrs
+from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.stats import SpecStats
+
+FREE = {"temperature": 1.0}
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def random_pq(shape=(3, 5), vocab=12, seed=0):
+    g = gen(seed)
+    p = (torch.randn(*shape, vocab, generator=g) * 2).softmax(-1)
+    q = (torch.randn(*shape, vocab, generator=g) * 2).softmax(-1)
+    draft = torch.multinomial(q.reshape(-1, vocab), 1, generator=g).reshape(shape)
+    return p, q, draft
+
+
+def brute_cluster(p_row, x, group_size, delta_p, emb=None, dist=0.5):
+    """Reference: the cluster of one draft by a plain loop over ranks."""
+    order = sorted(range(len(p_row)), key=lambda t: (-float(p_row[t]), t))
+    r = order.index(int(x))
+    members = set()
+    for k in range(r - group_size // 2, r - group_size // 2 + group_size):
+        if 0 <= k < len(order):
+            y = order[k]
+            ok = abs(float(p_row[y]) - float(p_row[x])) < delta_p
+            if emb is not None:
+                ok = ok and float(((emb[y] - emb[x]) ** 2).sum()) < dist
+            if ok or y == int(x):
+                members.add(y)
+    return members
+
+
+@pytest.mark.parametrize("group_size, delta_p, with_emb", [(5, 0.05, False), (6, 1.0, True), (12, 0.2, True)])
+def test_cluster_matches_a_loop_reference(group_size, delta_p, with_emb):
+    p, q, draft = random_pq(seed=group_size)
+    p[0, 0, :4] = p[0, 0, :4].mean()  # ties: the stable order decides
+    p = p / p.sum(-1, keepdim=True)
+    emb = torch.randn(12, 4, generator=gen(7)) * 0.4 if with_emb else None
+    rule = GroupAcceptance(group_size, delta_p, 0.5, emb)
+    tokens, keep = rule.cluster(p, draft)
+    for b in range(p.shape[0]):
+        for j in range(p.shape[1]):
+            got = set(tokens[b, j][keep[b, j]].tolist())
+            assert got == brute_cluster(p[b, j], draft[b, j], group_size, delta_p, emb)
+
+
+@pytest.mark.parametrize("rule", [GroupAcceptance(1, 1.0), GroupAcceptance(9, 0.0),
+                                  GroupAcceptance(9, 1.0, 0.0, torch.randn(12, 3))])
+def test_degenerate_group_is_the_exact_test_bit_for_bit(rule):
+    p, q, draft = random_pq(shape=(4, 6))
+    ref, res = mrs(p, q, draft, gen(3)), rule(p, q, draft, gen(3))
+    assert torch.equal(ref.tokens, res.tokens) and torch.equal(ref.accepted, res.accepted)
+    assert float(res.relaxation.abs().max()) == 0.0
+
+
+def test_group_test_law_and_reported_tv():
+    """One position, 2e5 drafts x ~ q: the output law moves away from p by at most the reported budget."""
+    vocab, m = 6, 200_000
+    p = torch.tensor([0.30, 0.25, 0.20, 0.12, 0.08, 0.05])
+    q = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.25, 0.25])
+    draft = torch.multinomial(q, m, replacement=True, generator=gen(1))
+    pp, qq = p.expand(m, vocab), q.expand(m, vocab)
+    exact = mrs(pp, qq, draft, gen(2))
+    relaxed = GroupAcceptance(4, 1.0)(pp, qq, draft, gen(2))
+    tv = {k: 0.5 * float((torch.bincount(r.tokens, minlength=vocab) / m - p).abs().sum())
+          for k, r in (("exact", exact), ("relaxed", relaxed))}
+    noise = 0.01  # ~ sqrt(V / m)
+    assert tv["exact"] < noise
+    budget = float(relaxed.relaxation.mean())
+    assert tv["relaxed"] > 5 * noise and tv["relaxed"] <= budget + noise
+    assert relaxed.accepted.float().mean() > exact.accepted.float().mean() + 0.05
+
+
+def run_toy(target, labels, seed=0, acceptance=None, coupling="maximal", window=16, stats=None):
+    session = target.start(class_labels=labels, guidance_scale=1.0)
+    return jacobi_sample(session, target.num_tokens, window, coupling, "uniform", FREE, gen(seed), stats,
+                         acceptance=acceptance)
+
+
+@pytest.mark.parametrize("coupling", ["maximal", "gumbel", "independent"])
+def test_gsd_with_group_one_is_mc_sjd_on_the_toy(coupling):
+    target = ToyTableTarget(vocab=5, grid=(3, 4), seed=1)
+    ref = run_toy(target, [0, 1] * 200, coupling=coupling, window=4)
+    got = run_toy(target, [0, 1] * 200, coupling=coupling, window=4, acceptance=GroupAcceptance(1, 0.15))
+    assert torch.equal(ref, got)
+
+
+def test_large_group_changes_the_law_and_accepts_more():
+    """The knob is real: G = V, delta_p = 1 fails the full-joint chi-square that mc-sjd passes."""
+    target, m = ToyTableTarget(seed=0), 100_000
+    law = target.joint(1)
+    exact_stats, gsd_stats = SpecStats(), SpecStats()
+    exact = run_toy(target, [1] * m, stats=exact_stats)
+    relaxed = run_toy(target, [1] * m, acceptance=GroupAcceptance(3, 1.0), stats=gsd_stats)
+    assert chi2_fit(sequence_codes(exact, 3), law)[2] > 1e-3
+    assert chi2_fit(sequence_codes(relaxed, 3), law)[2] < 1e-8
+    assert gsd_stats.accepted / gsd_stats.proposed > exact_stats.accepted / exact_stats.proposed
+    assert gsd_stats.extra["tokens_per_call"] > exact_stats.extra["tokens_per_call"]
+    assert "relaxed_tv" not in exact_stats.extra and gsd_stats.extra["relaxed_tv"] > 0.01
+
+
+@pytest.fixture(scope="module")
+def tiny_ar():
+    return SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd").pipe
+
+
+def spec_tokens(target, method, labels, seed=0, **kw):
+    spec = SpeculativePipeline.from_pipe(target, method=method, **kw)
+    spec.set_progress_bar_config(disable=True)
+    gens = [gen(seed + i) for i in range(len(labels))]
+    out = spec(class_labels=labels, generator=gens, output_type="tokens")
+    return out.tokens, spec.stats
+
+
+@pytest.mark.parametrize("kw", [{"group_size": 1}, {"delta_p": 0.0}, {"embed_dist": 0.0}])
+def test_gsd_degenerate_is_mc_sjd_on_tiny_ar(tiny_ar, kw):
+    labels = [0, 3, 7, 9]
+    ref, _ = spec_tokens(tiny_ar, "mc-sjd", labels, window=16)
+    got, stats = spec_tokens(tiny_ar, "gsd", labels, window=16, **kw)
+    assert torch.equal(ref, got)
+    assert stats.extra["relaxed_tv"] == 0.0
+
+
+def test_gsd_accepts_more_than_mc_sjd_on_tiny_ar(tiny_ar):
+    labels = list(range(10))
+    _, exact = spec_tokens(tiny_ar, "mc-sjd", labels, window=32)
+    _, relaxed = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50)
+    assert tiny_ar.token_embeddings().shape == (tiny_ar.codebook_size, tiny_ar.model.config.dim)
+    assert relaxed.accepted / relaxed.proposed > exact.accepted / exact.proposed
+    assert relaxed.extra["step_compression"] > exact.extra["step_compression"]
+    assert 0 < relaxed.extra["relaxed_tv"] < 0.5
+
+
+def test_transformers_targets_expose_their_image_token_embeddings():
+    pytest.importorskip("transformers")
+    from test_emu3 import tiny_emu3
+    from test_janus import tiny_janus
+
+    from diffspec.ar_image.emu3 import Emu3Target
+    from diffspec.ar_image.janus import JanusTarget
+
+    janus = JanusTarget(tiny_janus())
+    ids = torch.tensor([[0, 5, 63]])
+    with torch.no_grad():
+        assert torch.allclose(janus.token_embeddings()[ids[0]], janus.model.prepare_embeddings_for_image_generation(ids)[0])
+    emu3 = Emu3Target(tiny_emu3(), height=2, width=2)
+    emb = emu3.token_embeddings()
+    assert emb.shape[0] == emu3.codebook_size
+    with torch.no_grad():
+        assert torch.allclose(emb[-1], emu3.model.get_input_embeddings()(emu3.vocab_ids[-1:])[0])
+
+
+def test_config_validation_and_registry():
+    assert GSDConfig().group_size == 25 and not GSDConfig.exact
+    for field, value in [("group_size", 0), ("delta_p", 1.5), ("embed_dist", -1.0), ("coupling", "none"),
+                         ("window", 0), ("init", "zeros")]:
+        with pytest.raises(ValueError, match=field):
+            GSDConfig(**{field: value})
+    info = {m.name: m for m in methods("ar_image", available_only=True)}["gsd"]
+    assert info.config_class is GSDConfig and info.exact is False
