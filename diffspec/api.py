@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 
 from .ar_image.config import MCSJDConfig, SJDConfig
+from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .stats import SpecStats
@@ -55,8 +56,10 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(MCSJDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
               "SJD with maximal coupling of successive draws"),
         _planned("gsd", "ar_image", False, "grouped speculative decoding"),
-        _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
-        _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
+        _info(LanternConfig, "diffspec.pipelines.lantern:LanternPipeline",
+              "drafter + latent-neighbourhood relaxed acceptance"),
+        _info(LanternPPConfig, "diffspec.pipelines.lantern:LanternPipeline",
+              "LANTERN with the multiplicative cap (chain drafts; static trees not yet)"),
         _planned("draft", "multimodal", True, "classic speculative decoding with a draft model"),
         _planned("text-draft", "multimodal", True, "VLM drafter without vision"),
         _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),

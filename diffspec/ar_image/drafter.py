@@ -1,0 +1,91 @@
+"""EAGLE-style feature drafter for LlamaGen targets (LANTERN's draft model).
+
+The head is one Llama decoder block of the target's width over ``fc([embed(token) ; feature])``:
+pair ``j`` is image token ``t_j`` with the target's final hidden state ``F_j`` (the feature whose
+logits predict ``t_j``), and the block's output at ``j`` regresses ``F_{j+1}``. Logits come from the
+target's own final norm and output head, so the drafter owns only ``fc`` and the block; with CFG it
+runs on the conditional and unconditional rows and its logits are mixed like the target's.
+
+Example:
+    >>> from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
+    >>> cfg = LlamaGenConfig(dim=32, n_layer=1, n_head=2, vocab_size=8, num_classes=3, block_size=4)
+    >>> model = LlamaGenTransformer(cfg).eval()
+    >>> head = FeatureDrafter(EagleDrafter(cfg).eval(), model)
+    >>> head.features(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, 32)).shape
+    torch.Size([2, 4, 32])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .llamagen import LlamaGenConfig, LlamaGenTransformer, TransformerBlock
+
+
+class EagleDrafter(nn.Module):
+    """The trainable part of the drafter: ``fc`` (``2 dim -> dim``) and one decoder block.
+
+    Args:
+        config: the target's :class:`LlamaGenConfig` (width, heads, norm eps, grid for the rope).
+    """
+
+    def __init__(self, config: LlamaGenConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(2 * config.dim, config.dim)
+        self.layer = TransformerBlock(config, 0.0)
+
+    def forward(self, embeds: torch.Tensor, feats: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        """``(R, S, dim)`` token embeddings and features → ``(R, S, dim)`` next features (causal)."""
+        return self.layer(self.fc(torch.cat([embeds, feats.to(embeds.dtype)], -1)), rope)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write ``config.json`` (the target's config) and ``model.safetensors``."""
+        from .llamagen_load import save_folder
+
+        save_folder(self, self.config.to_dict(), directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | None = None) -> EagleDrafter:
+        """Load a :meth:`save_pretrained` folder strictly, in ``eval()`` mode.
+
+        Example:
+            >>> drafter = EagleDrafter.from_pretrained("diffspec/weights/tiny-ar/drafter")  # doctest: +SKIP
+        """
+        from .llamagen_load import load_folder
+
+        return load_folder(cls, LlamaGenConfig, directory, device=device, dtype=dtype)
+
+
+class FeatureDrafter:
+    """An :class:`EagleDrafter` bound to its target GPT (embeddings, rope, final norm, output head).
+
+    Args:
+        drafter: the trained head.
+        model: the target's :class:`LlamaGenTransformer` (same width).
+
+    Raises:
+        ValueError: the widths differ.
+    """
+
+    def __init__(self, drafter: EagleDrafter, model: LlamaGenTransformer) -> None:
+        if drafter.config.dim != model.config.dim:
+            raise ValueError(f"drafter dim={drafter.config.dim} does not match the target's dim={model.config.dim}")
+        self.drafter, self.model = drafter, model
+
+    def features(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """Pairs ``(tokens[:, j], feats[:, j])`` at image positions ``j = 0..S-1`` → predicted ``F_{j+1}``."""
+        rows, length = tokens.shape
+        cfg = self.model.config
+        pos = (cfg.cls_token_num + torch.arange(length, device=tokens.device)).clamp(max=cfg.cls_token_num
+                                                                                    + cfg.block_size - 1)
+        rope = self.model.rope(tokens.device)[pos.expand(rows, -1)]
+        return self.drafter(self.model.tok_embeddings(tokens), feats, rope)
+
+    def logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of features through the target's final norm and output head."""
+        return self.model.output(self.model.norm(feats)).float()
