@@ -60,7 +60,7 @@ def drafter_loss(head: FeatureDrafter, tokens: torch.Tensor, feats: torch.Tensor
     return feat_loss + ce_weight * ce, ce
 
 
-def train_drafter(target: Any, out: str | Path, *, samples: int = 2000, epochs: int = 20, batch: int = 64,
+def train_drafter(target: Any, out: str | Path, *, samples: int = 1000, epochs: int = 10, batch: int = 64,
                   lr: float = 1e-3, guidance: float | None = None, seed: int = 0,
                   show_progress: bool = True) -> dict[str, Any]:
     """Train an :class:`EagleDrafter` for a LlamaGen-style ``target`` and save it to ``out``.

@@ -60,7 +60,8 @@ def _ar_table(doc: dict[str, Any]) -> str:
     for run in doc["runs"]:
         q = run["quality"]
         rows.append(
-            f"| `{run['method']}` | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
+            f"| `{run['method']}`{' (relaxed)' if q.get('exact') is False else ''} | {run['latency_s']['median']:.3f} | "
+            f"{run['speedup_vs_baseline']:.2f}x | "
             f"{run['target_calls']} | {run['step_compression']:.2f}x | {_fmt(q.get('target_calls_per_chunk'), '.1f')} | "
             f"{_fmt((q.get('token_two_sample') or {}).get('bonferroni_p'), '.3f')} | {_fmt(q['fid'], '.2f')} | "
             f"{_fmt(q['accuracy'], '.3f')} |"
