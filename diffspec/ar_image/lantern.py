@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..stats import SpecStats
-from .plain import window_forced
+from .plain import record_rounds, round_progress, window_forced
 from .relaxed import relaxed_mrs
 from .sampling import Generators, force, sample, warp
 from .target import mix_cfg
@@ -144,17 +144,9 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
         feats = torch.where(in_win, real.gather(1, rel_r.clamp(0, length).unsqueeze(-1).expand(-1, -1, real.shape[-1])),
                             feats)
         commit = new_commit
-        done, now = torch.stack([commit.min(), commit.sum()]).tolist()  # the round's one host sync
-        if bar is not None:
-            bar.update(now - total)
-        total = now
+        done, total = round_progress(commit, bar, total)  # the round's one host sync
+    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
     if stats is not None:
-        stats.target_calls += calls
-        stats.target_evals += calls * branches
         stats.draft_calls += draft_calls
-        stats.accepted += int(accepted)
-        stats.proposed += int(proposed)
-        stats.extra.update(iterations=calls - 1, step_compression=n / calls,
-                           tokens_per_call=float((n / row_calls).mean()),
-                           tv_budget_mean=float(budget_sum) / max(int(proposed), 1))
+        stats.extra["tv_budget_mean"] = float(budget_sum) / max(int(proposed), 1)
     return tokens[:, :n]

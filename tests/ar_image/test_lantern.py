@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from ar_checks import chi2_fit
 
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.drafter import EagleDrafter, FeatureDrafter
@@ -17,8 +18,6 @@ from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.neighbours import latent_neighbours
 from diffspec.ar_image.relaxed import neighbour_budget, relaxed_mrs
 from diffspec.ar_image.sampling import warp
-
-from ar_checks import chi2_fit
 
 VOCAB, GUIDANCE = 4, 2.0
 
