@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,9 +39,13 @@ class EagleDrafter(nn.Module):
         self.fc = nn.Linear(2 * config.dim, config.dim)
         self.layer = TransformerBlock(config, 0.0)
 
-    def forward(self, embeds: torch.Tensor, feats: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        """``(R, S, dim)`` token embeddings and features → ``(R, S, dim)`` next features (causal)."""
-        return self.layer(self.fc(torch.cat([embeds, feats.to(embeds.dtype)], -1)), rope)
+    def forward(self, embeds: torch.Tensor, feats: torch.Tensor, rope: torch.Tensor, **attn: Any) -> torch.Tensor:
+        """``(R, S, dim)`` token embeddings and features → ``(R, S, dim)`` next features.
+
+        Causal over the given pairs, or, with ``cache``/``write_slots``/``mask`` (see LlamaGen's
+        ``Attention``), over a static per-row KV cache.
+        """
+        return self.layer(self.fc(torch.cat([embeds, feats.to(embeds.dtype)], -1)), rope, **attn)
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` (the target's config) and ``model.safetensors``."""
@@ -77,14 +82,33 @@ class FeatureDrafter:
             raise ValueError(f"drafter dim={drafter.config.dim} does not match the target's dim={model.config.dim}")
         self.drafter, self.model = drafter, model
 
-    def features(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
-        """Pairs ``(tokens[:, j], feats[:, j])`` at image positions ``j = 0..S-1`` → predicted ``F_{j+1}``."""
+    def features(self, tokens: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor | None = None,
+                 cache: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+        """Pairs ``(tokens[:, i], feats[:, i])`` → predicted next features ``(R, T, dim)``.
+
+        Without ``cache`` the pairs are image positions ``0..T-1`` (causal, training). With a
+        :meth:`new_cache`, pair ``i`` of row ``r`` is image position ``positions[r, i]``: its
+        key/value is written there and it attends to cached positions ``<=`` its own.
+        """
         rows, length = tokens.shape
         cfg = self.model.config
-        pos = (cfg.cls_token_num + torch.arange(length, device=tokens.device)).clamp(max=cfg.cls_token_num
-                                                                                    + cfg.block_size - 1)
-        rope = self.model.rope(tokens.device)[pos.expand(rows, -1)]
-        return self.drafter(self.model.tok_embeddings(tokens), feats, rope)
+        if positions is None:
+            positions = torch.arange(length, device=tokens.device).expand(rows, -1)
+        last = cfg.cls_token_num + cfg.block_size - 1
+        rope = self.model.rope(tokens.device)[(cfg.cls_token_num + positions).clamp(max=last)]
+        embeds = self.model.tok_embeddings(tokens)
+        if cache is None:
+            return self.drafter(embeds, feats, rope)
+        keys = torch.arange(cache[0][0].shape[2], device=tokens.device)
+        mask = (keys[None, None, :] <= positions[..., None])[:, None]
+        return self.drafter(embeds, feats, rope, mask=mask, cache=cache[0], write_slots=positions)
+
+    def new_cache(self, rows: int, slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """An empty static KV cache of the drafter's block for ``rows`` rows and ``slots`` image positions."""
+        cfg, param = self.drafter.config, self.drafter.fc.weight
+        shape = (rows, cfg.kv_heads, slots, cfg.head_dim)
+        return [(torch.zeros(shape, dtype=param.dtype, device=param.device),
+                 torch.zeros(shape, dtype=param.dtype, device=param.device))]
 
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         """fp32 logits of features through the target's final norm and output head."""

@@ -38,9 +38,13 @@ if TYPE_CHECKING:
 
 
 def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, feats: torch.Tensor,
-                commit: torch.Tensor, length: int, sampling: dict[str, Any], generator: Generators
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                cache: list[tuple[torch.Tensor, torch.Tensor]], commit: torch.Tensor, length: int,
+                sampling: dict[str, Any], generator: Generators) -> tuple[torch.Tensor, torch.Tensor]:
     """Draft ``length`` tokens per row from position ``commit``; writes them into ``tokens``/``feats``.
+
+    The first drafter call re-feeds the ``length + 2`` pairs ending at ``commit - 1`` (every pair
+    the last verification may have changed), the next ones one new pair each, over the drafter's
+    static KV cache ``cache``.
 
     Args:
         tokens: ``(B, S)`` token buffer (committed tokens before ``commit``); drafts are written in place.
@@ -51,12 +55,16 @@ def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, 
     """
     batch, branches = session.batch_size, session.cfg_branches
     scale = getattr(session, "guidance_scale", 1.0)
+    dim = feats.shape[-1]
     drafts, qs = [], []
     for k in range(length):  # the drafter is autoregressive: one call per draft
         pos = commit - 1 + k
-        out = head.features(tokens.repeat(branches, 1), feats)
+        first = (commit - length - 2).clamp(min=0) if k == 0 else pos
+        fed = (first.unsqueeze(1) + torch.arange(length + 2 if k == 0 else 1, device=pos.device)).repeat(branches, 1)
+        out = head.features(tokens.repeat(branches, 1).gather(1, fed),
+                            feats.gather(1, fed.unsqueeze(-1).expand(-1, -1, dim)), fed, cache)
         rows = pos.repeat(branches)
-        f = out.gather(1, rows.view(-1, 1, 1).expand(-1, 1, out.shape[-1]))  # (R, 1, dim)
+        f = out.gather(1, (rows - fed[:, 0]).view(-1, 1, 1).expand(-1, 1, dim))  # (R, 1, dim)
         q = warp(mix_cfg(head.logits(f[:, 0]), batch, scale), **sampling)
         q = force(q, window_forced(session, pos + 1))
         d = sample(q, generator)
@@ -99,6 +107,7 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
     feats = torch.zeros(batch * branches, size, session.last_hidden.shape[-1], device=dev,
                         dtype=session.last_hidden.dtype)
     feats[:, 0] = session.last_hidden[:, -1]
+    cache = head.new_cache(batch * branches, size)
     p0 = force(warp(session.first_logits, **sampling), window_forced(session, torch.zeros(batch, dtype=torch.long,
                                                                                            device=dev)))
     tokens[:, 0] = sample(p0, generator)
@@ -114,7 +123,7 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
     if bar is not None:
         bar.update(batch)
     while done < n:
-        drafts, q = draft_chain(head, session, tokens, feats, commit, length, sampling, generator)
+        drafts, q = draft_chain(head, session, tokens, feats, cache, commit, length, sampling, generator)
         draft_calls += length
         start = torch.clamp(commit - 1, max=n - length - 1)
         logits = session.step(tokens.gather(1, start.unsqueeze(1) + ar), start)

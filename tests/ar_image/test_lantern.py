@@ -149,6 +149,19 @@ def test_drafter_is_causal(small) -> None:
     assert torch.allclose(a[:, :3], head.features(tok2, feats2)[:, :3], atol=1e-6)
 
 
+def test_drafter_cache_matches_full_pass(small) -> None:
+    target, drafter = small
+    head = FeatureDrafter(drafter, target.model)
+    tok, feats = torch.randint(0, VOCAB, (2, 4)), torch.randn(2, 4, 16)
+    full = head.features(tok, feats)
+    cache = head.new_cache(2, 6)
+    head.features(torch.zeros(2, 3, dtype=torch.long), torch.randn(2, 3, 16), torch.tensor([[1, 2, 3]] * 2), cache)
+    parts = [head.features(tok[:, :2], feats[:, :2], torch.tensor([[0, 1]] * 2), cache),  # stale slots overwritten
+             head.features(tok[:, 2:3], feats[:, 2:3], torch.tensor([[2]] * 2), cache),
+             head.features(tok[:, 3:], feats[:, 3:], torch.tensor([[3]] * 2), cache)]
+    assert torch.allclose(torch.cat(parts, 1), full, rtol=1e-4, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------------------------- the loop
 def _lantern_tokens(target, drafter, delta, lam, n, seed, length=2):
     session = target.start(class_labels=[1] * n, guidance_scale=GUIDANCE)
