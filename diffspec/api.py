@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 
 from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
+from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
@@ -57,8 +58,10 @@ _REGISTRY: dict[str, MethodInfo] = {
               "SJD with maximal coupling of successive draws"),
         _info(GSDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
               "grouped speculative decoding (relaxed group acceptance in the MC-SJD loop)"),
-        _planned("lantern", "ar_image", False, "drafter + latent-neighbourhood relaxed acceptance"),
-        _planned("lantern++", "ar_image", False, "LANTERN with static tree drafting"),
+        _info(LanternConfig, "diffspec.pipelines.lantern:LanternPipeline",
+              "drafter + latent-neighbourhood relaxed acceptance"),
+        _info(LanternPPConfig, "diffspec.pipelines.lantern:LanternPipeline",
+              "LANTERN with the multiplicative cap (chain drafts; static trees not yet)"),
         _info(DraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
               "classic speculative decoding with a draft model"),
         _info(TextDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline", "VLM drafter without vision"),

@@ -131,6 +131,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- train-drafter
+def cmd_train_drafter(args: argparse.Namespace) -> int:
+    from .ar_image.drafter_train import train_drafter
+    from .models import load_ar_target
+
+    target = load_ar_target(args.model, device=_device(args.device))
+    record = train_drafter(target, args.out, samples=args.samples, epochs=args.epochs, batch=args.batch_size,
+                           lr=args.lr, seed=args.seed)
+    print(f"drafter trained in {record['total_s']} s: final loss {record['history'][-1]['loss']}, "
+          f"ce {record['history'][-1]['ce']}; wrote {args.out}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- info
 def info() -> dict[str, Any]:
     """Versions, devices, shipped models and methods (what ``diffspec info`` prints)."""
@@ -252,6 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--dtype", choices=DTYPES, default=None)
     cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json (default: the model's)")
     cal.set_defaults(func=cmd_calibrate)
+
+    td = sub.add_parser("train-drafter", help="self-distil a LANTERN (EAGLE) drafter for an AR image model")
+    td.add_argument("--model", default="tiny-ar", help="shipped AR model name or AR model folder")
+    td.add_argument("--out", type=Path, required=True, help="folder for the drafter (config.json + safetensors)")
+    td.add_argument("--samples", type=_positive, default=1000, help="self-distilled sequences (default 1000)")
+    td.add_argument("--epochs", type=_positive, default=10)
+    td.add_argument("--batch-size", type=_positive, default=64)
+    td.add_argument("--lr", type=float, default=1e-3)
+    td.add_argument("--seed", type=int, default=0)
+    td.add_argument("--device", default=None)
+    td.set_defaults(func=cmd_train_drafter)
 
     inf = sub.add_parser("info", help="versions, devices, shipped models and methods")
     inf.add_argument("--json", action="store_true")

@@ -31,7 +31,7 @@ def test_method_of_wrong_family_is_rejected(tiny_dit_pipe):
 
 def test_planned_method_says_not_implemented():
     with pytest.raises(ValueError, match="planned but not implemented"):
-        diffspec.api.resolve_config("lantern", {})
+        diffspec.api.resolve_config("relaxed-codec", {})
 
 
 def test_unsupported_target_lists_supported():

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..stats import SpecStats
-from .plain import window_forced
+from .plain import record_rounds, round_progress, window_forced
 from .sampling import Generators, GumbelTable, MRSResult, force, gumbel_argmax, mrs, sample, uniform, warp
 
 if TYPE_CHECKING:
@@ -189,17 +189,8 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             if table is not None:
                 table.advance(commit, new_commit)
             commit = new_commit
-            done, now = torch.stack([commit.min(), commit.sum()]).tolist()  # the round's one host sync
-            if bar is not None:
-                bar.update(now - total)
-            total = now
-    if stats is not None:
-        stats.target_calls += calls
-        stats.target_evals += calls * session.cfg_branches
-        stats.accepted += int(accepted)
-        stats.proposed += int(proposed)
-        stats.extra.update(iterations=calls - 1, step_compression=n / calls,
-                           tokens_per_call=float((n / row_calls).mean()))
-        if acceptance is not None:
-            stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
+            done, total = round_progress(commit, bar, total)  # the round's one host sync
+    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    if stats is not None and acceptance is not None:
+        stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
     return tokens

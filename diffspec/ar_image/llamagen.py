@@ -256,16 +256,19 @@ class LlamaGenTransformer(nn.Module):
         mask: torch.Tensor | None = None,
         caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         write_slots: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Blocks, final norm and output head: fp32 logits ``(B, S, vocab)``.
 
         ``caches`` holds one ``(k, v)`` pair per layer (see :class:`Attention`); the new keys and
-        values are written at ``write_slots`` before attending.
+        values are written at ``write_slots`` before attending. ``return_hidden=True`` also
+        returns the last block's output (before the final norm: the EAGLE drafter's feature).
         """
         for i, layer in enumerate(self.layers):
             cache = caches[i] if caches is not None else None
             h = layer(h, rope, mask=mask, cache=cache, write_slots=write_slots)
-        return self.output(self.norm(h)).float()
+        logits = self.output(self.norm(h)).float()
+        return (logits, h) if return_hidden else logits
 
     def forward(
         self,

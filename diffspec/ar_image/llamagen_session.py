@@ -93,7 +93,8 @@ class LlamaGenSession(ARSession):
         rope = self.model.rope(h.device)[query]
         keys = self.slot_index[None, None, :]
         mask = ((keys <= query[..., None]) & self.key_ok[:, None, :]) | (keys == query[..., None])
-        logits = self.model.run_layers(h, rope, mask=mask[:, None], caches=self.caches, write_slots=write)
+        logits, self.last_hidden = self.model.run_layers(h, rope, mask=mask[:, None], caches=self.caches,
+                                                         write_slots=write, return_hidden=True)
         return mix_cfg(logits, self.batch_size, self.guidance_scale)
 
     def step(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:

@@ -99,6 +99,27 @@ def plain_sample(session: ARSession, num_tokens: int, sampling: dict[str, Any], 
     return tokens
 
 
+def round_progress(commit: torch.Tensor, bar: Any, total: int) -> tuple[int, int]:
+    """A speculative round's one host sync: ``(min commit, committed tokens)``; advances ``bar`` from ``total``."""
+    done, now = torch.stack([commit.min(), commit.sum()]).tolist()
+    if bar is not None:
+        bar.update(now - total)
+    return done, now
+
+
+def record_rounds(stats: SpecStats | None, session: ARSession, num_tokens: int, calls: int,
+                  row_calls: torch.Tensor, accepted: torch.Tensor, proposed: torch.Tensor) -> None:
+    """Add a speculative loop's counters to ``stats`` (``calls`` includes the prefill; one sync here)."""
+    if stats is None:
+        return
+    stats.target_calls += calls
+    stats.target_evals += calls * session.cfg_branches
+    stats.accepted += int(accepted)
+    stats.proposed += int(proposed)
+    stats.extra.update(iterations=calls - 1, step_compression=num_tokens / calls,
+                       tokens_per_call=float((num_tokens / row_calls).mean()))
+
+
 def finish(target: ARImageTarget, tokens: torch.Tensor, output_type: str = "pil", return_dict: bool = True,
            stats: SpecStats | None = None) -> Any:
     """Decode ``tokens`` to ``output_type`` and wrap them (``return_dict=False``: ``(images, tokens)``)."""

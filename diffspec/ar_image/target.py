@@ -34,11 +34,16 @@ class ARSession(ABC):
         first_logits: ``(batch_size, codebook_size)`` fp32 logits of image token 0, after CFG mixing.
         cfg_branches: model rows per image per call (2 with guidance, else 1); benchmarks
             count ``target_evals = target_calls * cfg_branches``.
+        last_hidden: optional, for feature drafters (LANTERN's EAGLE head): the last call's
+            ``(cfg_branches * batch_size, T, dim)`` final hidden states (conditional rows first);
+            after the prefill ``last_hidden[:, -1]`` is the feature predicting image token 0.
+            ``None`` (the default) for targets that do not expose them.
     """
 
     batch_size: int
     first_logits: torch.Tensor
     cfg_branches: int = 1
+    last_hidden: torch.Tensor | None = None
 
     @abstractmethod
     def step(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,9 @@ Workload: a class-conditional AR image target (the shipped ``tiny-ar`` or an AR 
 classifier-free guidance, the same sampling settings in every arm. Arms: ``baseline`` (plain AR
 decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L64`` (SJD at the
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
-``mc-sjd-gumbel``, and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop,
-group sizes 25 and 50; ``"exact": false``). Reported per arm: target calls per image and step compression (tokens per
+``mc-sjd-gumbel``, and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
+and ``lantern`` / ``lantern++`` (the target's shipped drafter), each ``"exact": false`` with its
+same-seed difference from the baseline and its per-token TV budget. Reported per arm: target calls per image and step compression (tokens per
 call) at the timed batch and over the quality set, wall-clock (interleaved, warmed up), and
 quality: reference FID and class accuracy of the decoded images, and for exact arms a
 token-histogram homogeneity test against the baseline (per position, Bonferroni). The model
@@ -38,7 +39,10 @@ ARMS: dict[str, dict[str, Any]] = {
     "mc-sjd-gumbel": {"method": "mc-sjd", "coupling": "gumbel"},
     "gsd-G25": {"method": "gsd", "group_size": 25},
     "gsd-G50": {"method": "gsd", "group_size": 50},
+    "lantern": {"method": "lantern"},
+    "lantern++": {"method": "lantern++"},
 }
+DISAGREEMENT_SAMPLES = 64
 QUALITY_CHUNK = 250
 SAME_SEED_SAMPLES = 200
 
@@ -99,6 +103,16 @@ def _entropy(target: Any, tokens: torch.Tensor, labels: torch.Tensor, guidance: 
             "frac_top1_lt_0_05": round(float((top1 < 0.05).double().mean()), 4)}
 
 
+def _config_fields(method: str) -> set[str]:
+    """Field names of a registered method's config (which ``--set`` overrides apply to it)."""
+    import dataclasses
+
+    from ..api import methods as registry
+
+    cls = next(m.config_class for m in registry("ar_image") if m.name == method)
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, device: str | None = None,
                  dtype: str | None = None, batch: int | None = None, repeats: int = 3, warmup: int = 1,
                  quality_samples: int = 1000, guidance_scale: float | None = None, overrides: dict[str, Any] | None = None,
@@ -128,7 +142,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
     specs = {}
     for name in names:
         arm = {k: v for k, v in ARMS[name].items() if k != "method"}
-        specs[name] = SpeculativePipeline.from_pipe(target, method=ARMS[name]["method"], **{**arm, **overrides})
+        fields = _config_fields(ARMS[name]["method"])
+        arm_overrides = {k: v for k, v in overrides.items() if k in fields}  # e.g. window= only for Jacobi arms
+        specs[name] = SpeculativePipeline.from_pipe(target, method=ARMS[name]["method"], **{**arm, **arm_overrides})
     baseline = SpeculativePipeline.from_pipe(target, method="sjd", **{k: overrides[k] for k in overrides
                                                                       if k in ("temperature", "top_k", "top_p")})
     for spec in (baseline, *specs.values()):
@@ -153,7 +169,10 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
             calls_of[arm.name] = {"target_calls": s.target_calls, "target_evals": s.target_evals,
                                   "step_compression": round(n / s.target_calls, 3),
                                   "tokens_per_call": s.extra.get("tokens_per_call"),
-                                  "acceptance_rate": round(s.acceptance_rate, 4)}
+                                  "acceptance_rate": round(s.acceptance_rate, 4),
+                                  **({"draft_calls": s.draft_calls} if s.draft_calls else {}),
+                                  **({"tv_budget_mean": round(s.extra["tv_budget_mean"], 5)}
+                                     if "tv_budget_mean" in s.extra else {})}
             if "relaxed_tv" in s.extra:
                 calls_of[arm.name]["relaxed_tv"] = round(s.extra["relaxed_tv"], 4)
         time_arms(arms, timed, device=dev, repeats=repeats, warmup=warmup, show_progress=show_progress)
@@ -212,6 +231,8 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
             "LlamaGen/Anole hub checkpoints on CUDA (pinned transformers 4.47); no hub and no GPU here",
             "official MC-SJD / SCD (junhyukso/SCD)": "scripts for Lumina-mGPT 1.0, Janus-Pro and Cosmos-1 hub "
             "checkpoints on CUDA (transformers 4.48); no hub and no GPU here",
+            "official LANTERN / LANTERN++ (jadohu/LANTERN)": "scripts for LlamaGen/Anole hub checkpoints with "
+            "their trained drafters on CUDA; no hub and no GPU here",
         },
         "notes": [
             "target_calls: sequential target calls for the timed batch (the prefill counts as one); "
@@ -223,5 +244,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
             "differing tokens and PSNR of the images; exact arms give the floor (different use of the random "
             "stream). relaxed_tv: mean per-token TV budget spent by a relaxed acceptance test.",
             "model.token_entropy: the sampling law (after CFG and warpers) along baseline samples.",
+            "relaxed arms (quality.exact false: lantern, lantern++) are expected to fail token_two_sample; "
+            "quality.token_disagreement_same_seeds: fraction of tokens differing from the baseline on the "
+            f"baseline's first {DISAGREEMENT_SAMPLES} seeds (samplers consume randomness differently, so exact "
+            "arms disagree too: compare arms, not to 0); tv_budget_mean: neighbour mass moved per verified draft.",
         ],
     }

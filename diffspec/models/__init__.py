@@ -72,8 +72,10 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
     model = LlamaGenTransformer.from_pretrained(folder / "gpt", device=device or "cpu", dtype=dtype)
     generation = folder / "generation_config.json"
     scale = json.loads(generation.read_text()).get("default_guidance_scale", 1.0) if generation.is_file() else 1.0
-    return LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"),
-                          default_guidance_scale=scale)
+    target = LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"),
+                            default_guidance_scale=scale)
+    target.name_or_path = folder  # where method extras live (LANTERN's drafter/)
+    return target
 
 
 def is_ar_model_folder(folder: Path) -> bool:

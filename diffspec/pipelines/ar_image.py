@@ -76,10 +76,13 @@ class ARImagePipeline(SpeculativePipeline):
                 if plain:
                     tokens = plain_sample(session, n, config.sampling, generator, self.stats, bar)
                 else:
-                    tokens = jacobi_sample(session, n, config.window, config.coupling, config.init,
-                                           config.sampling, generator, self.stats, bar,
-                                           acceptance=self._acceptance(config))
+                    tokens = self._sample(session, config, generator, bar)
         return finish(target, tokens, output_type, return_dict, self.stats)
+
+    def _sample(self, session: Any, config: Any, generator: Generators, bar: Any) -> torch.Tensor:
+        """The method's sampler on an open session (subclasses for other AR image methods override it)."""
+        return jacobi_sample(session, self.pipe.num_tokens, config.window, config.coupling, config.init,
+                             config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config))
 
     def _acceptance(self, config: MethodConfig) -> GroupAcceptance | None:
         """The verification rule of ``config``: None (exact MRS) or ``gsd``'s group test."""

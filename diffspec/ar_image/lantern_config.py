@@ -1,0 +1,73 @@
+"""Configs of the relaxed AR image methods ``lantern`` and ``lantern++`` (drafter + latent neighbourhoods).
+
+Example:
+    >>> LanternConfig(delta=0.2).k
+    1000
+    >>> LanternPPConfig().lam
+    2.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..config import check_float, check_int
+from .config import ARSamplingConfig
+
+
+@dataclass(frozen=True)
+class LanternConfig(ARSamplingConfig):
+    """LANTERN (Jang et al., ICLR 2025): EAGLE drafter chains verified with relaxed acceptance, not exact.
+
+    A draft ``x`` is accepted with ``min(1, p~(x)/q(x))`` where ``p~(x)`` adds the target mass of
+    ``x``'s nearest codes (in the VQ codebook) while their running total is ``<= delta``: a
+    per-token TV budget. ``delta = 0`` is exact speculative sampling.
+
+    Args:
+        draft_length: drafts per round (one drafter call each, one target call per round).
+        k: neighbourhood size (capped at ``codebook_size - 1``).
+        delta: additive TV budget per token, in ``[0, 1]``.
+        drafter: folder of an :class:`~diffspec.ar_image.drafter.EagleDrafter`; ``""`` = the target's
+            shipped ``drafter/`` (``tiny-ar``).
+        temperature, top_k, top_p: see :class:`~diffspec.ar_image.config.ARSamplingConfig`.
+    """
+
+    method: ClassVar[str] = "lantern"
+    exact: ClassVar[bool] = False
+    lam: ClassVar[float | None] = None
+
+    draft_length: int = 4
+    k: int = 1000
+    delta: float = 0.1
+    drafter: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("draft_length", self.draft_length, 1, 64)
+        check_int("k", self.k, 1)
+        check_float("delta", self.delta, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class LanternPPConfig(LanternConfig):
+    """LANTERN++'s multiplicative cap on chain drafts (method ``lantern++``), not exact.
+
+    The neighbour mass added to ``p(x)`` is capped at ``(lam - 1) p(x)`` (and at ``delta``), so a
+    draft's relaxed probability is at most ``lam`` times its own. LANTERN++ pairs this with static
+    tree drafting; diffspec drafts a chain (no tree attention yet).
+
+    Args:
+        lam: multiplicative cap, ``>= 1`` (1 = exact).
+        delta: additive cap as in :class:`LanternConfig` (1 = none).
+        draft_length, k, drafter, temperature, top_k, top_p: see :class:`LanternConfig`.
+    """
+
+    method: ClassVar[str] = "lantern++"
+
+    delta: float = 1.0
+    lam: float = 2.0  # type: ignore[misc]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_float("lam", self.lam, 1.0, 1000.0)
