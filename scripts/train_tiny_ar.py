@@ -7,6 +7,11 @@ entropy) and ``scripts/runs/tiny_ar_samples.png`` (one row per class, plain samp
 
     python scripts/train_tiny_ar.py --tokens /tmp/tiny_ar_tokens.pt --minutes 20
     python scripts/train_tiny_ar.py --eval-only          # re-evaluate the shipped weights
+    python scripts/train_tiny_ar.py --eval-only --spec-samples 200   # plus sjd / mc-sjd step compression
+
+The data variant (``render_shapes`` options, e.g. textured backgrounds) comes from the token file or,
+with ``--eval-only``, from the tokenizer record; ``--record`` / ``--tokenizer-record`` name the
+records of a candidate model (e.g. ``scripts/runs/tiny_ar_v2.json``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from diffspec.ar_image.target import ARImageTarget
 from diffspec.ar_image.token_stats import per_token_entropy, summarize_entropy
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
 from diffspec.models import class_accuracy, load_ar_target, reference_fid
+from diffspec.stats import SpecStats
 
 RECORD = Path("scripts/runs/tiny_ar.json")
 TOKENIZER_RECORD = Path("scripts/runs/tiny_ar_tokenizer.json")
@@ -133,7 +139,32 @@ def plain_sample(target: ARImageTarget, labels: torch.Tensor, guidance: float, g
     return tokens, entropy, top1
 
 
-def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float]) -> dict:
+def spec_compression(folder: Path, n: int, batch: int, guidance: float) -> list[dict]:
+    """Step compression (tokens / target calls) of ``sjd`` (window 16) and ``mc-sjd`` (window 64) over ``n`` samples."""
+    from diffspec import SpeculativePipeline
+
+    out = []
+    for method, window in (("sjd", 16), ("mc-sjd", 64)):
+        spec = SpeculativePipeline.from_pretrained(str(folder), method=method, window=window)
+        spec.set_progress_bar_config(disable=True)
+        calls, tokens, accepted, t0 = 0, 0, [], time.time()
+        for start in range(0, n, batch):
+            seeds = list(range(start, min(n, start + batch)))
+            gens = [torch.Generator().manual_seed(50_000 + s) for s in seeds]
+            result = spec(class_labels=[s % len(SHAPE_CLASSES) for s in seeds], guidance_scale=guidance,
+                          generator=gens, output_type="tokens")
+            stats: SpecStats = spec.stats
+            calls, tokens = calls + stats.target_calls, tokens + result.tokens.shape[1]
+            accepted.append(stats.acceptance_rate)
+        out.append({"method": method, "window": window, "samples": n, "batch": batch, "guidance_scale": guidance,
+                    "step_compression": round(tokens / calls, 3), "target_calls": calls,
+                    "mean_acceptance_rate": round(sum(accepted) / len(accepted), 4),
+                    "wall_s": round(time.time() - t0, 1)})
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float], shape_options: dict) -> dict:
     """Reference FID / class accuracy of plain samples and per-token entropy, per guidance scale."""
     out: dict = {"samples_per_setting": n, "sampling": "plain AR, CFG on logits, temperature 1, top-k 0 (full vocab)",
                  "settings": []}
@@ -150,9 +181,10 @@ def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float])
         })
         print(json.dumps(out["settings"][-1]), flush=True)
     # the tokenizer's ceiling: held-out real images through encode/decode
-    real, real_labels = render_shapes(n, seed=7)
+    real, real_labels = render_shapes(n, seed=7, **shape_options)
     recon = vq.decode_code(vq.encode(real))
-    out["tokenizer_reconstructions"] = {"images": f"render_shapes({n}, seed=7)",
+    out["tokenizer_reconstructions"] = {"images": f"render_shapes({n}, seed=7, **{shape_options})",
+                                        "real_class_accuracy": round(class_accuracy(real, real_labels), 4),
                                         "reference_fid": round(reference_fid(recon), 2),
                                         "class_accuracy": round(class_accuracy(recon, real_labels), 4),
                                         "real_reference_fid": round(reference_fid(real), 2)}
@@ -178,13 +210,21 @@ def main() -> None:
     p.add_argument("--eval-samples", type=int, default=1000)
     p.add_argument("--guidance", type=float, nargs="+", default=[3.0, 1.0],
                    help="CFG scales to evaluate; the first one draws tiny_ar_samples.png")
+    p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument("--tokenizer-record", type=Path, default=TOKENIZER_RECORD)
+    p.add_argument("--spec-samples", type=int, default=0,
+                   help="also measure sjd / mc-sjd step compression over this many samples")
+    p.add_argument("--spec-batch", type=int, default=8)
     args = p.parse_args()
     vq = PatchVQ.from_pretrained(args.out / "tokenizer")
+    tokenizer_record = json.loads(args.tokenizer_record.read_text())
+    shape_options = tokenizer_record.get("shape_options", {})
+    samples_png = args.record.with_name(args.record.stem + "_samples.png")
     if args.eval_only:
         model = LlamaGenTransformer.from_pretrained(args.out / "gpt")
-        record = json.loads(RECORD.read_text())
+        record = json.loads(args.record.read_text())
     else:
-        previous = json.loads(RECORD.read_text()) if args.init is not None else None
+        previous = json.loads(args.record.read_text()) if args.init is not None else None
         model, record = train(args, vq.config.codebook_size, vq.grid)
         if previous is not None:
             runs = previous.get("runs") or [{k: v for k, v in previous.items() if k not in ("tokenizer", "evaluation")}]
@@ -194,16 +234,18 @@ def main() -> None:
                       "runs": [*runs, {k: v for k, v in record.items() if k != "gpt_config"}]}
         model.save_pretrained(args.out / "gpt")
         print(f"saved {args.out / 'gpt'}", flush=True)
-    record["tokenizer"] = json.loads(TOKENIZER_RECORD.read_text())
+    record["tokenizer"] = tokenizer_record
     if not args.no_eval:
         target = load_ar_target(args.out)
-        record["evaluation"] = evaluate(target, vq, args.eval_samples, args.guidance)
+        record["evaluation"] = evaluate(target, vq, args.eval_samples, args.guidance, shape_options)
         grid_labels = torch.arange(100) // 10  # one row per class
         tokens, _, _ = plain_sample(target, grid_labels, args.guidance[0], torch.Generator().manual_seed(1))
-        make_grid_png(target.decode_tokens(tokens), "scripts/runs/tiny_ar_samples.png", nrow=10)
+        make_grid_png(target.decode_tokens(tokens), samples_png, nrow=10)
+    if args.spec_samples:
+        record["speculative"] = spec_compression(args.out, args.spec_samples, args.spec_batch, args.guidance[0])
     record["machine"] = (f"{platform.machine()} CPU, torch {torch.__version__}, {torch.get_num_threads()} "
                          "thread(s), shared with other jobs (wall times are indicative only)")
-    RECORD.write_text(json.dumps(record, indent=2) + "\n")
+    args.record.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,14 +20,22 @@ import torch
 from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
 from diffspec.bench.quality import psnr
 from diffspec.data import make_grid_png, render_shapes
+from diffspec.data.shapes import BACKGROUNDS
 
 DATA_SEED = 4_000_000  # training images: render_shapes(seed=DATA_SEED + i), chunks of 1000
 HELD_OUT_SEED = 7  # render_shapes(2000, seed=7): the classifier's held-out set
 
 
-def render(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    parts = [render_shapes(min(1000, n - i), seed=seed + i) for i in range(0, n, 1000)]
+def render(n: int, seed: int, **shape_kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+    parts = [render_shapes(min(1000, n - i), seed=seed + i, **shape_kwargs) for i in range(0, n, 1000)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def shape_options(args: argparse.Namespace) -> dict:
+    """``render_shapes`` keyword arguments of the data variant (empty for the default plain images)."""
+    if args.background == "plain":
+        return {}
+    return {"background": args.background, "texture_strength": args.texture_strength, "noise": args.noise}
 
 
 def main() -> None:
@@ -41,9 +49,13 @@ def main() -> None:
     p.add_argument("--codebook-size", type=int, default=1024)
     p.add_argument("--patch-size", type=int, default=4)
     p.add_argument("--iters", type=int, default=25)
+    p.add_argument("--background", choices=BACKGROUNDS, default="plain", help="render_shapes background")
+    p.add_argument("--texture-strength", type=float, default=0.6, help="render_shapes texture_strength (textured)")
+    p.add_argument("--noise", type=float, default=0.04, help="render_shapes extra noise (textured)")
     args = p.parse_args()
+    shape_kwargs = shape_options(args)
     t0 = time.time()
-    images, labels = render(args.data, DATA_SEED)
+    images, labels = render(args.data, DATA_SEED, **shape_kwargs)
     t_render = time.time() - t0
     config = PatchVQConfig(image_size=32, patch_size=args.patch_size, codebook_size=args.codebook_size,
                            kmeans_iters=args.iters)
@@ -55,9 +67,9 @@ def main() -> None:
     t_encode = time.time() - t2
     vq.save_pretrained(args.out)
     args.tokens.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"tokens": tokens, "labels": labels, "data_seed": DATA_SEED}, args.tokens)
+    torch.save({"tokens": tokens, "labels": labels, "data_seed": DATA_SEED, "shape_options": shape_kwargs}, args.tokens)
 
-    held, _ = render_shapes(2000, seed=HELD_OUT_SEED)
+    held, _ = render_shapes(2000, seed=HELD_OUT_SEED, **shape_kwargs)
     recon = vq.decode_code(vq.encode(held))
     usage = torch.bincount(tokens.flatten().long(), minlength=config.codebook_size).double()
     freq = usage / usage.sum()
@@ -68,8 +80,9 @@ def main() -> None:
                       "fit": f"k-means on {args.max_patches} random patches of the first {args.fit_images} "
                              "training images, seed 0"},
         "data": f"{args.data} images of render_shapes(seed={DATA_SEED}+i, chunks of 1000), 32x32",
+        "shape_options": shape_kwargs,
         "held_out_psnr_db": psnr(recon, held, data_range=2.0),
-        "held_out": f"render_shapes(2000, seed={HELD_OUT_SEED})",
+        "held_out": f"render_shapes(2000, seed={HELD_OUT_SEED}, **shape_options)",
         "codes_used_in_training_tokens": int((usage > 0).sum()),
         "unigram_entropy_nats": float(-(freq[freq > 0] * freq[freq > 0].log()).sum()),
         "wall_s": {"render": round(t_render, 1), "kmeans": round(t_fit, 1), "encode": round(t_encode, 1)},
@@ -78,7 +91,7 @@ def main() -> None:
     }
     args.record.parent.mkdir(parents=True, exist_ok=True)
     args.record.write_text(json.dumps(record, indent=2) + "\n")
-    make_grid_png(torch.cat([held[:10], recon[:10]]), args.record.with_name("tiny_ar_reconstructions.png"), nrow=10)
+    make_grid_png(torch.cat([held[:10], recon[:10]]), args.record.with_name(args.record.stem.replace("_tokenizer", "") + "_reconstructions.png"), nrow=10)
     print(json.dumps(record, indent=2))
 
 

@@ -2,13 +2,17 @@
 
 Procedurally drawn coloured shapes: ten classes with random position, size, rotation, colours
 (foreground and background), fill texture (solid, stripes, checker, gradient) and light
-background noise. Rendered at twice the resolution and average-pooled (anti-aliased), fully
+background noise; ``background="textured"`` adds patterned backgrounds and stronger noise (a
+harder variant for the tiny-ar v2 attempt; the default output is unchanged). Rendered at twice the resolution and average-pooled (anti-aliased), fully
 vectorised over the batch.
 
 Example:
     >>> images, labels = render_shapes(8, seed=0)
     >>> images.shape, labels.shape, float(images.min()) >= -1.0
     (torch.Size([8, 3, 32, 32]), torch.Size([8]), True)
+    >>> textured, same_labels = render_shapes(8, seed=0, background="textured")
+    >>> bool((same_labels == labels).all())
+    True
 """
 
 from __future__ import annotations
@@ -63,8 +67,49 @@ def _masks(px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
     )
 
 
+BACKGROUNDS: tuple[str, ...] = ("plain", "textured")
+
+
+def _textured_background(
+    bg: torch.Tensor, dark: torch.Tensor, gx: torch.Tensor, gy: torch.Tensor, g: torch.Generator, strength: float
+) -> torch.Tensor:
+    """A patterned background field (n, 3, H, W) around the flat colour ``bg`` (n, 3, 1, 1).
+
+    Each image mixes ``bg`` with a second colour on the same (dark or light) side, so the shape
+    keeps its contrast, through one of four patterns in the image frame: stripes at a random
+    angle, a checker, a linear gradient, or smooth random blotches.
+    """
+    n, hi_res = bg.shape[0], gx.shape[0]
+
+    def u(*shape: int, lo: float = 0.0, hi: float = 1.0) -> torch.Tensor:
+        return lo + (hi - lo) * torch.rand(*shape, generator=g)
+
+    bg2 = dark * u(n, 3, 1, 1, lo=-1.0, hi=-0.1) + (1 - dark) * u(n, 3, 1, 1, lo=0.1, hi=1.0)
+    angle, freq = u(n, 1, 1, hi=2 * math.pi), u(n, 1, 1, lo=1.5, hi=4.0)
+    phase = u(n, 1, 1, hi=2 * math.pi)
+    along = gx * torch.cos(angle) + gy * torch.sin(angle)
+    across = -gx * torch.sin(angle) + gy * torch.cos(angle)
+    stripes = 0.5 + 0.5 * torch.sin(freq * math.pi * along + phase)
+    checker = 0.5 + 0.5 * torch.sign(torch.sin(freq * math.pi * along + phase) * torch.sin(freq * math.pi * across))
+    gradient = (along + 1.5) / 3
+    coarse = torch.rand(n, 1, 4, 4, generator=g)
+    blotches = F.interpolate(coarse, size=(hi_res, hi_res), mode="bicubic", align_corners=False)[:, 0].clamp(0, 1)
+    kind = torch.randint(0, 4, (n, 1, 1), generator=g)
+    pattern = torch.where(kind == 0, stripes, checker)
+    pattern = torch.where(kind == 2, gradient, pattern)
+    pattern = torch.where(kind == 3, blotches, pattern)
+    return bg + strength * pattern.unsqueeze(1) * (bg2 - bg)
+
+
 def render_shapes(
-    n: int, *, seed: int, size: int = 32, classes: torch.Tensor | None = None
+    n: int,
+    *,
+    seed: int,
+    size: int = 32,
+    classes: torch.Tensor | None = None,
+    background: str = "plain",
+    texture_strength: float = 0.6,
+    noise: float = 0.04,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Render ``n`` labelled shape images.
 
@@ -73,12 +118,24 @@ def render_shapes(
         seed: the seed (same seed, same images).
         size: output side in pixels.
         classes: optional labels to draw (int64, shape (n,)); random when omitted.
+        background: ``"plain"`` (flat colour, the default every shipped model was trained on) or
+            ``"textured"`` (stripes, checker, gradient or blotches in a second colour, plus
+            ``noise`` extra pixel noise): a harder, less predictable variant of the same images
+            (same seed, same shapes, labels and colours).
+        texture_strength: in [0, 1], how far a textured background moves towards its second colour.
+        noise: extra Gaussian pixel noise (std, >= 0) of textured images.
 
     Returns:
         ``(images, labels)``: float32 in [-1, 1] of shape (n, 3, size, size) and int64 (n,).
     """
     if n < 1:
         raise ValueError(f"n={n} must be >= 1")
+    if background not in BACKGROUNDS:
+        raise ValueError(f"background={background!r} must be one of {BACKGROUNDS}")
+    if not 0.0 <= texture_strength <= 1.0:
+        raise ValueError(f"texture_strength={texture_strength} must be in [0, 1]")
+    if noise < 0:
+        raise ValueError(f"noise={noise} must be >= 0")
     g = torch.Generator().manual_seed(seed)
 
     def u(*shape: int, lo: float = 0.0, hi: float = 1.0) -> torch.Tensor:
@@ -115,9 +172,15 @@ def render_shapes(
     texture = torch.where(kind == 2, checker, texture)
     texture = torch.where(kind == 3, gradient, texture)
 
+    textured = background == "textured"
+    g_bg = torch.Generator().manual_seed(seed + 0x7E57) if textured else None  # plain draws stay untouched
+    if g_bg is not None:
+        bg = _textured_background(bg, dark, gx, gy, g_bg, texture_strength)
     img = bg + (mask * texture).unsqueeze(1) * (fg - bg)  # (n, 3, H, W)
     img = F.avg_pool2d(img, 2)
     img = img + 0.04 * torch.randn(img.shape, generator=g)
+    if g_bg is not None:
+        img = img + noise * torch.randn(img.shape, generator=g_bg)
     return img.clamp(-1, 1), labels
 
 

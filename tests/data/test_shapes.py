@@ -36,3 +36,46 @@ def test_grid_png(tmp_path):
 
     assert Image.open(tmp_path / "g.png").size == (4 * 17 + 1, 3 * 17 + 1)
     assert to_uint8(images).dtype == torch.uint8
+
+
+def test_textured_background_keeps_shapes_labels_and_colours_of_the_same_seed():
+    plain, la = render_shapes(64, seed=3)
+    assert torch.equal(render_shapes(64, seed=3, background="plain")[0], plain)
+    tex, lb = render_shapes(64, seed=3, background="textured")
+    again, _ = render_shapes(64, seed=3, background="textured")
+    assert torch.equal(la, lb) and torch.equal(tex, again)
+    assert tex.shape == plain.shape and tex.min() >= -1 and tex.max() <= 1
+    # no texture and no extra noise: the plain image exactly
+    flat, _ = render_shapes(64, seed=3, background="textured", texture_strength=0.0, noise=0.0)
+    assert torch.equal(flat, plain)
+
+
+def test_textured_backgrounds_are_busier_than_plain_ones():
+    plain, _ = render_shapes(200, seed=5)
+    tex, _ = render_shapes(200, seed=5, background="textured")
+
+    def busyness(x: torch.Tensor) -> torch.Tensor:  # mean absolute difference of neighbouring pixels in the border
+        border = torch.cat([x[..., :4, :], x[..., -4:, :]], dim=-2)
+        return (border[..., 1:] - border[..., :-1]).abs().mean(dim=(1, 2, 3))
+
+    assert float(busyness(tex).median()) > 1.3 * float(busyness(plain).median())
+    border_std = lambda x: torch.cat([x[..., :4, :], x[..., -4:, :]], -2).std(dim=(2, 3)).mean()  # noqa: E731
+    assert border_std(tex) > 1.5 * border_std(plain)
+
+
+def test_textured_shapes_stay_recognisable_by_the_shipped_classifier():
+    from diffspec.models import class_accuracy
+
+    images, labels = render_shapes(300, seed=11, background="textured")
+    assert class_accuracy(images, labels) > 0.85
+
+
+def test_render_options_are_validated():
+    import pytest
+
+    with pytest.raises(ValueError, match="background='wood'"):
+        render_shapes(2, seed=0, background="wood")
+    with pytest.raises(ValueError, match=r"texture_strength=1.5 must be in \[0, 1\]"):
+        render_shapes(2, seed=0, background="textured", texture_strength=1.5)
+    with pytest.raises(ValueError, match="noise=-0.1"):
+        render_shapes(2, seed=0, background="textured", noise=-0.1)
