@@ -182,10 +182,10 @@ class SpeculativePipeline:
                 f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
                 + (_AR_WRAP_HINT if info.family == "ar_image" else "")
             )
-        extra = {"draft": overrides.pop("draft")} if "draft" in overrides else {}  # a drafter object, not config
+        # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
+        drafter = info is not None and info.family == "multimodal" and "draft" in overrides
+        extra = {"draft": overrides.pop("draft")} if drafter else {}
         info, config = resolve_config(method, overrides)
-        if extra and info.family != "multimodal":
-            raise ValueError(f"draft= is a multimodal drafter model; method {info.name!r} takes none")
         module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]
         impl = getattr(importlib.import_module(module), cls_name)
         return impl.wrap(target, config, **extra)

@@ -11,7 +11,17 @@ Example:
     >>> out.text, spec.stats.extra["accepted_per_round"]  # doctest: +SKIP
 """
 
+from typing import Any
+
 from .config import DraftConfig, TextDraftConfig
-from .loop import speculative_generate
+
+
+def __getattr__(name: str) -> Any:  # the loop imports transformers: load it on first use only
+    if name == "speculative_generate":
+        from .loop import speculative_generate
+
+        return speculative_generate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DraftConfig", "TextDraftConfig", "speculative_generate"]
