@@ -8,6 +8,7 @@ Example:
     $ torchrun --nproc_per_node 2 -m diffspec generate --model tiny-dit --prompt-file items.jsonl --out out/
     $ diffspec merge out/
     $ diffspec bench dit-cache --model tiny-dit --out benchmarks/results/dit-cache-tiny-dit-cpu.json
+    $ diffspec bench multimodal --out benchmarks/results/multimodal-tiny-vlm-cpu.json
     $ diffspec info
 """
 
@@ -104,10 +105,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     device = _device(args.device)
-    doc = run_bench(args.suite, out=args.out, model=args.model, methods=methods, device=device, dtype=args.dtype,
+    model = {"model": args.model} if args.model else {}  # each suite has its own default model
+    doc = run_bench(args.suite, out=args.out, **model, methods=methods, device=device, dtype=args.dtype,
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
-                    allow_cpu=args.allow_cpu, **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
+                    allow_cpu=args.allow_cpu, **({"images": args.images} if args.images else {}),
+                    **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
                     **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}))
     print(headline(doc))
     print(markdown_table(doc))
@@ -234,9 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge.set_defaults(func=cmd_merge)
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
-    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image)")
-    bench.add_argument("--model", default="tiny-dit",
-                       help="tiny-dit (trained, CPU) or dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024 (GPU)")
+    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, multimodal)")
+    bench.add_argument("--model", default=None,
+                       help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
+                       "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny-vlm (multimodal)")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
     bench.add_argument("--device", default=None)
     bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")
@@ -247,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=1)
     bench.add_argument("--quality-samples", type=_positive, default=500)
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
+    bench.add_argument("--images", type=_positive, default=None, help="multimodal: scenes captioned per timed run")
     bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
     bench.add_argument("--budget-evals", type=lambda v: [float(b) for b in v.split(",")], default=None,
                        metavar="B[,B...]", help="dit-cache: tune every arm to these full-evaluation budgets "

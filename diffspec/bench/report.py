@@ -19,6 +19,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
         return _exact_table(doc)
     if doc.get("suite") == "ar-image":
         return _ar_table(doc)
+    if doc.get("suite") == "multimodal":
+        return _mm_table(doc)
     rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
@@ -70,9 +72,29 @@ def _ar_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _mm_table(doc: dict[str, Any]) -> str:
+    rows = ["| method | batch | median s | speedup | vs assisted | target calls | tokens/call | accepted/round | "
+            "exact | caption match |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in doc["runs"]:
+        q = run["quality"]
+        name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+        exact = "-" if q["exact"] is None else ("yes" if q["exact"] else "NO")
+        rows.append(
+            f"| {name} | {run['batch']} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
+            f"{_fmt(run.get('speedup_vs_assisted'), '.2f')} | {run['target_calls']} | "
+            f"{_fmt(run['tokens_per_target_call'], '.2f')} | {_fmt(run['accepted_per_round'], '.2f')} | {exact} | "
+            f"{q['caption_exact_match']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
 def headline(doc: dict[str, Any]) -> str:
     """``suite on model (device), N steps (or tokens), batch B`` for the table's caption."""
     w = doc["workload"]
+    if "images" in w:
+        length = f"{w['images']} captions of <= {w['tokens']} tokens, batches {w['batches']}"
+        return f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, {doc['model']['dtype']}"
     if "steps" in w:
         length = ",".join(map(str, w["steps"])) if isinstance(w["steps"], list) else w["steps"]
         length = f"{length} steps"
