@@ -90,7 +90,10 @@ def run_multimodal(model: str = "tiny-vlm", *, methods: list[str] | None = None,
         max_new_tokens: caption budget (default: ``MAX_CAPTION_TOKENS``).
         overrides: ``DraftConfig`` fields for our arms (``num_draft_tokens``, ``schedule``, ...).
     """
+    import transformers
+
     from ..data import render_scenes
+    from ..models import resolve_model_path
     from ..models.tiny_vlm import MAX_CAPTION_TOKENS, caption_inputs, load_tiny_vlm
 
     batches = [batch] if batch else list(batches or [4, 8])
@@ -106,7 +109,7 @@ def run_multimodal(model: str = "tiny-vlm", *, methods: list[str] | None = None,
     needed_baselines |= {"baseline-sample" for m in names if m.endswith("-sample")}
     names = ["baseline", *[n for n in all_names if n != "baseline" and (n in names or n in needed_baselines)]]
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    folder = None if model == "tiny-vlm" else model
+    folder = resolve_model_path(model)
     target, processor, drafter, text_drafter = load_tiny_vlm(folder, device=dev,
                                                              dtype=getattr(torch, dtype) if dtype else torch.float32)
     max_new = max_new_tokens or MAX_CAPTION_TOKENS
@@ -210,7 +213,7 @@ def run_multimodal(model: str = "tiny-vlm", *, methods: list[str] | None = None,
         runs.append(run)
     return {
         "suite": "multimodal",
-        "machine": machine_info(dev),
+        "machine": {**machine_info(dev), "transformers": transformers.__version__},
         "model": {"name": model, "params": sum(p.numel() for p in target.parameters()),
                   "drafter_params": sum(p.numel() for p in drafter.parameters()),
                   "text_drafter_params": sum(p.numel() for p in text_drafter.parameters()),
@@ -231,5 +234,9 @@ def run_multimodal(model: str = "tiny-vlm", *, methods: list[str] | None = None,
             "sampling arms (exact in law, tested by chi-square in tests/multimodal/test_mm_sampling.py).",
             "peers (transformers assisted generation, prompt lookup) run at batch 1 only: transformers "
             "rejects batch > 1 for both.",
+            "assisted: with transformers 5.23 the assistant's prefill receives neither pixel_values nor the "
+            "target's encoder outputs (seen with a forward spy on the drafter), so the VLM drafter drafts "
+            "without the image; its lower tokens_per_target_call is that, plus its per-round generate() "
+            "overhead. Outputs stay identical to plain generate.",
         ],
     }

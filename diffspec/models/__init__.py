@@ -21,12 +21,14 @@ from .classifier import (
     reference_fid,
 )
 from .dit import load_pipeline, quiet_diffusers, save_dit_pipeline, write_id2label
+from .tiny_vlm import load_tiny_vlm
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 
 SHIPPED_MODELS: dict[str, Path] = {
     "tiny-dit": WEIGHTS / "tiny-dit",  # class-conditional DiTPipeline on diffspec.data shapes, 32x32
     "tiny-ar": WEIGHTS / "tiny-ar",  # class-conditional LlamaGen GPT + patch k-means VQ on shapes, 8x8 tokens
+    "tiny-vlm": WEIGHTS / "tiny-vlm",  # LLaVA captioner of render_scenes + VLM and text drafters (load_tiny_vlm)
 }
 
 
@@ -92,6 +94,7 @@ __all__ = [
     "is_ar_model_folder",
     "load_ar_target",
     "load_pipeline",
+    "load_tiny_vlm",
     "quiet_diffusers",
     "load_reference_classifier",
     "reference_fid",

@@ -46,3 +46,16 @@ def test_multimodal_suite_rejects_bad_arguments():
         run_bench("multimodal", methods=["medusa"], images=2, batches=[2])
     with pytest.raises(ValueError, match="multiple of every batch size"):
         run_bench("multimodal", images=3, batches=[2])
+
+
+def test_cli_bench_multimodal(tmp_path, capsys):
+    from diffspec.cli import main
+
+    out = tmp_path / "cli.json"
+    assert main(["bench", "multimodal", "--images", "2", "--batch-size", "2", "--methods", "draft,draft-b2",
+                 "--repeats", "1", "--warmup", "0", "--set", "num_draft_tokens=8", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["model"]["name"] == "tiny-vlm" and doc["workload"]["batches"] == [1, 2]
+    assert [r["method"] for r in doc["runs"]] == ["baseline", "draft", "baseline-b2", "draft-b2"]
+    assert doc["runs"][1]["config"]["num_draft_tokens"] == 8
+    assert "| `draft-b2` | 2 |" in capsys.readouterr().out
