@@ -1,13 +1,17 @@
 """Train ``tiny-vlm``: a LLaVA captioning ``render_scenes`` images, its VLM drafter and its text drafter (CPU, seeded).
 
-Stage 1 trains the target (vision tower + projector + 8-layer Llama) on fresh scenes every step;
-stage 2 the VLM drafter, whose vision tower is the target's (copied, frozen) with its own
+Stage 1 trains the target (projector + 8-layer Llama over a frozen, randomly initialised CLIP
+tower: a trainable tower collapsed before the deep decoder learnt to read it) on fresh scenes
+every step; stage 2 the VLM drafter, whose frozen tower is the target's (copied) with its own
 projector and 1-layer Llama; stage 3 the text-only drafter on prompt text + caption. All on
-teacher-forced captions (the target's greedy output is the caption wherever it is exact).
+teacher-forced captions (the target's greedy output is the caption wherever it is exact). The
+shipped drafter was retrained with ``--only drafter`` on the saved (fp16) target, so a one-go run
+reproduces it up to the fp16 rounding of the copied tower.
 Writes ``diffspec/weights/tiny-vlm`` (fp16) and the record ``scripts/runs/tiny_vlm.json``
 (configs, steps, losses, wall time, held-out caption accuracy of the shipped fp16 weights).
 
-    python scripts/train_tiny_vlm.py --steps 1200,600,300
+    python scripts/train_tiny_vlm.py --threads 1                  # target 1200, drafter 2000, text drafter 300 steps
+    python scripts/train_tiny_vlm.py --only drafter --steps 0,2000,0   # retrain one role on the saved target
     python scripts/train_tiny_vlm.py --eval-only
 """
 
@@ -104,7 +108,7 @@ def evaluate(folder: Path, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", default="1200,600,300", help="training steps: target,drafter,text-drafter")
+    ap.add_argument("--steps", default="1200,2000,300", help="training steps: target,drafter,text-drafter")
     ap.add_argument("--max-minutes", type=float, default=10.0, help="wall-clock cap per model")
     ap.add_argument("--lr", default="2e-3,3e-3,3e-3")
     ap.add_argument("--batch-size", type=int, default=32)

@@ -12,7 +12,7 @@ Example:
     >>> images.shape, float(images.min()) >= -1.0
     (torch.Size([4, 3, 32, 32]), True)
     >>> captions[0].split()[:2]
-    ['a', 'small']
+    ['a', 'large']
 """
 
 from __future__ import annotations
