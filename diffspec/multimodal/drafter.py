@@ -35,11 +35,11 @@ def accepts_pixels(model: Any) -> bool:
     return "pixel_values" in inspect.signature(model.forward).parameters
 
 
-def multimodal_token_ids(config: Any) -> list[int]:
-    """The placeholder token ids of a (VLM) config, looked up on it and its ``text_config``."""
+def multimodal_token_ids(config: Any, attrs: tuple[str, ...] = MULTIMODAL_TOKEN_ATTRS) -> list[int]:
+    """The placeholder token ids of a (VLM) config (the ``attrs`` it has), looked up on it and its ``text_config``."""
     ids: set[int] = set()
     for cfg in (config, getattr(config, "text_config", None)):
-        for attr in MULTIMODAL_TOKEN_ATTRS:
+        for attr in attrs:
             value = getattr(cfg, attr, None) if cfg is not None else None
             if isinstance(value, int):
                 ids.add(value)

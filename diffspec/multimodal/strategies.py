@@ -31,20 +31,14 @@ from transformers import DynamicCache
 
 from ..config import MethodConfig
 from .compressed_config import CompressedDraftConfig
-from .drafter import MULTIMODAL_TOKEN_ATTRS, prepare_drafter
+from .drafter import MULTIMODAL_TOKEN_ATTRS, multimodal_token_ids, prepare_drafter
 from .prune import compact_index, decoder_of
 from .self_config import SelfDraftConfig
 from .slots import SlotState
 from .visual import AttentionProbe, keep_count, select_visual, visual_mask
 
-
-def _video_ids(config: Any) -> list[int]:
-    ids = set()
-    for cfg in (config, getattr(config, "text_config", None)):
-        for attr in MULTIMODAL_TOKEN_ATTRS:
-            if attr.startswith("video") and isinstance(getattr(cfg, attr, None), int):
-                ids.add(getattr(cfg, attr))
-    return sorted(ids)
+VIDEO_TOKEN_ATTRS = tuple(a for a in MULTIMODAL_TOKEN_ATTRS if a.startswith("video"))
+"""Config attributes naming video placeholder ids (``compressed-draft``'s ``video_keep`` applies to them)."""
 
 
 def _mask(input_ids: torch.Tensor, model_kwargs: dict[str, Any]) -> torch.Tensor:
@@ -69,7 +63,8 @@ class CompressedDraft:
         cfg = self.config
         mask = _mask(input_ids, model_kwargs)
         visual = visual_mask(model, input_ids, mask, model_kwargs)
-        video = visual & torch.isin(input_ids, torch.tensor(_video_ids(model.config), device=input_ids.device))
+        video_ids = torch.tensor(multimodal_token_ids(model.config, VIDEO_TOKEN_ATTRS), device=input_ids.device)
+        video = visual & torch.isin(input_ids, video_ids)
         mm = model_kwargs.get("mm_token_type_ids")
         if mm is not None:
             video |= visual & (mm == 2)

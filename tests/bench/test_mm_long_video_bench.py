@@ -15,6 +15,7 @@ def test_long_video_cost_bench_json(tmp_path):
     assert doc["workload"]["visual_tokens"] == 2 * 4 * 4 // 4
     runs = {r["method"]: r for r in doc["runs"]}
     assert runs["baseline"]["speedup_vs_baseline"] == 1.0 and len(runs) == 5
+    assert doc["workload"]["target_prefill_s"]["n"] == 1 and "after_prefill_speedup" in runs["self-draft (sparse KV)"]
     for name, r in runs.items():
         assert r["quality"]["exact"] is True and r["latency_s"]["n"] == 1
         if name != "baseline":
