@@ -6,7 +6,9 @@ embeddings), each kept token at its original position (1-D or M-RoPE), so the dr
 every draft step attend over ``text + ratio x visual`` slots. Image tokens are kept evenly spaced
 by default; video tokens by the target's prefill attention plus an even spread (SpecVLM's two
 stages; scores from :class:`~diffspec.multimodal.visual.AttentionProbe`). The target verifies every
-draft with its full context, so the output is the target's.
+draft with its full context, so the output is the target's. Tokens are pruned, not pooled (a kept
+token keeps its own feature and position). The drafter must lay the prompt out as the target does
+(same family and processor: same number of visual tokens), else a ``ValueError`` says so.
 
 Example:
     >>> from diffspec.multimodal.compressed_config import CompressedDraftConfig

@@ -2,7 +2,9 @@
 
 Draft mode runs the target with a subset of its decoder layers (layer skip) and/or attending to
 only the top-K visual cache entries plus every text entry (sparse visual KV, ranked once by the
-target's prefill attention); verification is the full target in one dense pass.
+target's prefill attention); verification is the full target in one dense pass. Differences from
+STD (ours): one visual index set per row, shared by all layers and heads (STD: per layer/head),
+chosen once at prefill (no refresh: every decoded token is text and always kept).
 
 Example:
     >>> from diffspec.multimodal.self_config import SelfDraftConfig
