@@ -14,7 +14,9 @@ from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .multimodal.compressed_config import CompressedDraftConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
+from .multimodal.self_config import SelfDraftConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
@@ -65,8 +67,10 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(DraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
               "classic speculative decoding with a draft model"),
         _info(TextDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline", "VLM drafter without vision"),
-        _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),
-        _planned("self-draft", "multimodal", True, "layer-skip / sparse-KV self drafting"),
+        _info(CompressedDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+              "smaller VLM drafter on pruned visual tokens (video: by target attention)"),
+        _info(SelfDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+              "the target drafts for itself: sparse top-K visual KV and/or layer skip (STD)"),
         _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
         _planned("relaxed-codec", "multimodal", False, "relaxed acceptance for speech codec tokens"),
     )

@@ -9,11 +9,14 @@ Example:
     >>> spec = SpeculativePipeline.from_pipe((vlm, processor), method="text-draft", draft=small_lm)  # doctest: +SKIP
     >>> out = spec(text=["<image> Describe it."], images=[img], max_new_tokens=32)  # doctest: +SKIP
     >>> out.text, spec.stats.extra["accepted_per_round"]  # doctest: +SKIP
+    >>> spec = SpeculativePipeline.from_pipe((video_lm, processor), method="self-draft", visual_top_k=256)  # doctest: +SKIP
 """
 
 from typing import Any
 
+from .compressed_config import CompressedDraftConfig
 from .config import DraftConfig, TextDraftConfig
+from .self_config import SelfDraftConfig
 
 
 def __getattr__(name: str) -> Any:  # the loop imports transformers: load it on first use only
@@ -24,4 +27,4 @@ def __getattr__(name: str) -> Any:  # the loop imports transformers: load it on 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DraftConfig", "TextDraftConfig", "speculative_generate"]
+__all__ = ["CompressedDraftConfig", "DraftConfig", "SelfDraftConfig", "TextDraftConfig", "speculative_generate"]

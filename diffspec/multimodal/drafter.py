@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .prune import PrunePrefill, compact_index, decoder_of
 from .slots import SlotState
 
 GENERATION_INTERNAL = frozenset({
@@ -34,11 +35,11 @@ def accepts_pixels(model: Any) -> bool:
     return "pixel_values" in inspect.signature(model.forward).parameters
 
 
-def multimodal_token_ids(config: Any) -> list[int]:
-    """The placeholder token ids of a (VLM) config, looked up on it and its ``text_config``."""
+def multimodal_token_ids(config: Any, attrs: tuple[str, ...] = MULTIMODAL_TOKEN_ATTRS) -> list[int]:
+    """The placeholder token ids of a (VLM) config (the ``attrs`` it has), looked up on it and its ``text_config``."""
     ids: set[int] = set()
     for cfg in (config, getattr(config, "text_config", None)):
-        for attr in MULTIMODAL_TOKEN_ATTRS:
+        for attr in attrs:
             value = getattr(cfg, attr, None) if cfg is not None else None
             if isinstance(value, int):
                 ids.add(value)
@@ -65,7 +66,8 @@ def _capture(model: Any, input_ids: torch.Tensor, logits_processor: Any, stoppin
 
 
 def prepare_drafter(drafter: Any, target: Any, input_ids: torch.Tensor, model_kwargs: dict[str, Any],
-                    *, text_only: bool, drafter_inputs: dict[str, Any] | None = None) -> SlotState:
+                    *, text_only: bool, drafter_inputs: dict[str, Any] | None = None,
+                    keep: torch.Tensor | None = None) -> SlotState:
     """Prefill the drafter on the prompt and return its slot state.
 
     Args:
@@ -78,6 +80,8 @@ def prepare_drafter(drafter: Any, target: Any, input_ids: torch.Tensor, model_kw
         drafter_inputs: the processor's outputs (pixels, grids, ``mm_token_type_ids``) for a VLM
             drafter. They must be passed apart: by the time ``custom_generate`` runs, transformers
             has replaced the target's pixels by its own encoder outputs (``mm_encoder_outputs``).
+        keep: (B, T) bool, the prompt slots the drafter's decoder keeps (``compressed-draft``: pruned
+            visual tokens, at their original positions; see :class:`~diffspec.multimodal.prune.PrunePrefill`).
     """
     mask = model_kwargs.get("attention_mask")
     mask = torch.ones_like(input_ids) if mask is None else mask
@@ -93,5 +97,10 @@ def prepare_drafter(drafter: Any, target: Any, input_ids: torch.Tensor, model_kw
                                    max_new_tokens=1, do_sample=False, **extra)
     inputs = drafter.prepare_inputs_for_generation(ids, is_first_iteration=True, **kwargs)
     inputs["logits_to_keep"] = 1
-    out = drafter(**inputs)
-    return SlotState.after_prefill(out.past_key_values, mask, kwargs.get("position_ids"))
+    if keep is None:
+        out = drafter(**inputs)
+        return SlotState.after_prefill(out.past_key_values, mask, kwargs.get("position_ids"))
+    index, valid = compact_index(keep & mask.bool())
+    with PrunePrefill(decoder_of(drafter), index, valid, width=ids.shape[1]) as prune:
+        out = drafter(**inputs)
+    return SlotState.after_prefill(out.past_key_values, valid.long(), prune.positions)

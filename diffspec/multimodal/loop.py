@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -79,7 +80,7 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
                          generation_config: Any, drafter: Any = None, num_draft_tokens: int = 5,
                          draft_schedule: str = "constant", max_draft_tokens: int = 16, text_only_draft: bool = False,
                          drafter_inputs: dict[str, Any] | None = None, generator: torch.Generator | None = None, spec_stats: SpecStats | None = None,
-                         **model_kwargs: Any) -> torch.Tensor:
+                         draft_strategy: Any = None, **model_kwargs: Any) -> torch.Tensor:
     """Exact speculative decoding as a transformers ``custom_generate`` callable (batch 1-8 and more).
 
     Args:
@@ -96,11 +97,14 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
             drafter sees the text tokens only.
         generator: RNG of every draw (drafts, uniforms, corrections).
         spec_stats: counters to fill (target/draft calls, accepted/proposed, rounds).
+        draft_strategy: how the drafter sees the prompt (:mod:`~diffspec.multimodal.strategies`:
+            ``compressed-draft``'s pruned visual tokens, ``self-draft``'s view of the target's own
+            cache, where ``drafter=None`` means the target); ``None``: :func:`prepare_drafter`.
 
     Returns:
         (B, T0 + n) token ids: the prompt, then each row's tokens, padded after its EOS.
     """
-    if drafter is None:
+    if drafter is None and draft_strategy is None:
         raise ValueError("speculative_generate needs drafter=<a transformers model with the target's vocabulary>")
     cache = model_kwargs.get("past_key_values")
     if cache is not None and not isinstance(cache, DynamicCache):
@@ -122,14 +126,20 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     mask = torch.ones_like(input_ids) if mask is None else mask
     inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
     inputs["logits_to_keep"] = 1
-    out = model(**inputs)
+    probe = nullcontext() if draft_strategy is None else draft_strategy.probe(model, input_ids, model_kwargs)
+    with probe:  # a strategy may score the visual tokens during the prefill
+        out = model(**inputs)
     target = SlotState.after_prefill(out.past_key_values, mask, model_kwargs.get("position_ids"))
     vocab = out.logits.shape[-1]
-    draft = prepare_drafter(drafter, model, input_ids, model_kwargs, text_only=text_only_draft,
-                            drafter_inputs=drafter_inputs)
+    if draft_strategy is None:
+        draft = prepare_drafter(drafter, model, input_ids, model_kwargs, text_only=text_only_draft,
+                                drafter_inputs=drafter_inputs)
+    else:
+        drafter = model if drafter is None else drafter
+        draft = draft_strategy.prepare(drafter, model, input_ids, model_kwargs, target, drafter_inputs, probe)
     stats.target_calls += 1
     stats.target_evals += B
-    stats.draft_calls += 1
+    stats.draft_calls += getattr(draft, "prefill_calls", 1)
 
     seqs = input_ids.new_full((B, max_len + max_draft_tokens + 2), pad_id)
     seqs[:, :T0] = input_ids
@@ -148,8 +158,12 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         active = ~finished
         k_round = max(1, min(k, int((max_len - lengths[active]).max()) - 1))
         # 2. draft k tokens per row (the first call also feeds the previous round's unfed draft)
-        logits = draft.forward(drafter, torch.stack([hole_tok, last], 1), torch.stack([hole_valid, torch.ones_like(last)], 1),
-                               logits_to_keep=1)[:, -1]
+        start = getattr(draft, "round_start", None)
+        if start is not None:  # a strategy that opens its own per-round drafter state
+            logits = start(drafter, hole_tok, hole_valid, last)[:, -1]
+        else:
+            logits = draft.forward(drafter, torch.stack([hole_tok, last], 1),
+                                   torch.stack([hole_valid, torch.ones_like(last)], 1), logits_to_keep=1)[:, -1]
         drafts, qs = [], []
         for i in range(k_round):
             scores = process(logits_processor, seqs, lengths + i, _fit_vocab(logits.float(), vocab))

@@ -18,9 +18,11 @@ from ..config import MethodConfig
 from ..stats import SpecStats
 from .config import DraftConfig
 from .loop import speculative_generate
+from .self_config import SelfDraftConfig
+from .strategies import strategy_for
 
 SUPPORTED = ("transformers generative models (GenerationMixin, DynamicCache): causal LMs such as Llama/Qwen2, "
-             "LLaVA, Qwen2-VL / Qwen2.5-VL (image and video)")
+             "LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, Qwen2-VL / Qwen2.5-VL (image and video)")
 
 
 @dataclass
@@ -50,7 +52,8 @@ def _check_generative(model: Any, role: str, method: str) -> None:
 class MultimodalPipeline(SpeculativePipeline):
     """A transformers model (``model`` or ``(model, processor)``) decoded with a drafter, exact.
 
-    Built by ``SpeculativePipeline.from_pipe(target, method="draft" | "text-draft", draft=drafter)``.
+    Built by ``SpeculativePipeline.from_pipe(target, method="draft" | "text-draft" | "compressed-draft",
+    draft=drafter)`` or ``from_pipe(target, method="self-draft")`` (no drafter: the target drafts for itself).
     ``draft=`` is the drafter *model* object (a transformers model with the target's vocabulary:
     a smaller VLM, or a text-only LM), not a config field: ``from_pipe`` hands it to :meth:`wrap`,
     while method settings (``num_draft_tokens``, ``schedule``, ...) stay in the config.
@@ -70,7 +73,7 @@ class MultimodalPipeline(SpeculativePipeline):
 
     family = "multimodal"
 
-    def __init__(self, pipe: Any, config: DraftConfig, drafter: Any, processor: Any = None) -> None:
+    def __init__(self, pipe: Any, config: DraftConfig, drafter: Any = None, processor: Any = None) -> None:
         super().__init__(pipe, config)
         self.drafter = drafter
         self.processor = processor
@@ -80,9 +83,14 @@ class MultimodalPipeline(SpeculativePipeline):
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig, draft: Any = None) -> MultimodalPipeline:
         if not isinstance(config, DraftConfig):
-            raise ValueError(f"{type(config).__name__} is not a multimodal draft config (DraftConfig, TextDraftConfig)")
+            raise ValueError(f"{type(config).__name__} is not a multimodal draft config (DraftConfig, TextDraftConfig, "
+                             "CompressedDraftConfig, SelfDraftConfig)")
         model, processor = _split_target(target)
         _check_generative(model, "target", config.method)
+        if isinstance(config, SelfDraftConfig):
+            if draft is not None:
+                raise ValueError("method 'self-draft' drafts with the target itself: do not pass draft=")
+            return cls(model, config, None, processor)
         if draft is None:
             raise ValueError(f"method {config.method!r} needs draft=<drafter model>: a smaller transformers model "
                              "with the target's tokenizer (a VLM or a text-only LM)")
@@ -119,7 +127,7 @@ class MultimodalPipeline(SpeculativePipeline):
                 **inputs, **kwargs, custom_generate=speculative_generate, drafter=self.drafter,
                 num_draft_tokens=cfg.num_draft_tokens, draft_schedule=cfg.schedule,
                 max_draft_tokens=cfg.max_draft_tokens, text_only_draft=cfg.text_only,
-                drafter_inputs=inputs, generator=generator, spec_stats=self.stats)
+                drafter_inputs=inputs, generator=generator, spec_stats=self.stats, draft_strategy=strategy_for(cfg))
         else:
             seqs = self.pipe.generate(**inputs, **kwargs)
         new = seqs[:, inputs["input_ids"].shape[1]:]
