@@ -33,12 +33,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, EncoderDecoderCache
 
 from ..stats import SpecStats
 from .accept import greedy_accept, sampling_accept
 from .drafter import prepare_drafter
-from .slots import SlotState
+from .seq2seq import is_seq2seq, prepare_seq2seq_drafter
+from .slots import SlotState, takes_logits_to_keep
 
 
 def process(logits_processor: Any, seqs: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -103,9 +104,13 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     if drafter is None:
         raise ValueError("speculative_generate needs drafter=<a transformers model with the target's vocabulary>")
     cache = model_kwargs.get("past_key_values")
-    if cache is not None and not isinstance(cache, DynamicCache):
+    self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    if self_cache is not None and not isinstance(self_cache, DynamicCache):
         raise ValueError(f"past_key_values={type(cache).__name__} is not supported: the loop crops the cache, "
                          "use the default DynamicCache")
+    if generation_config.num_beams > 1 or generation_config.return_dict_in_generate:
+        raise ValueError("speculative_generate supports greedy and sampling with num_beams=1 and returns the "
+                         "sequences tensor: set num_beams=1 and return_dict_in_generate=False")
     stats = spec_stats if spec_stats is not None else SpecStats(method="draft")
     max_draft_tokens = max(max_draft_tokens, num_draft_tokens)
     do_sample = bool(generation_config.do_sample)
@@ -117,16 +122,24 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     eos = generation_config._eos_token_tensor
     eos = None if eos is None else eos.reshape(-1).to(dev)
 
-    # 1. prefills (transformers' own input preparation; pixels only reach the prefill)
-    mask = model_kwargs.get("attention_mask")
-    mask = torch.ones_like(input_ids) if mask is None else mask
+    # 1. prefills (transformers' own input preparation; pixels only reach the prefill). An
+    # encoder-decoder (Whisper) has run its encoder already: only its decoder is fed from here on.
+    seq2seq = is_seq2seq(model)
+    prefix = "decoder_" if seq2seq else ""
+    mask = model_kwargs.get(f"{prefix}attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask.long()
     inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
-    inputs["logits_to_keep"] = 1
+    if takes_logits_to_keep(model):
+        inputs["logits_to_keep"] = 1
     out = model(**inputs)
-    target = SlotState.after_prefill(out.past_key_values, mask, model_kwargs.get("position_ids"))
+    target = SlotState.after_prefill(out.past_key_values, mask, model_kwargs.get(f"{prefix}position_ids"))
     vocab = out.logits.shape[-1]
-    draft = prepare_drafter(drafter, model, input_ids, model_kwargs, text_only=text_only_draft,
-                            drafter_inputs=drafter_inputs)
+    if seq2seq:
+        target.seq2seq, target.static = True, {"encoder_outputs": model_kwargs["encoder_outputs"]}
+        draft = prepare_seq2seq_drafter(drafter, model, input_ids, model_kwargs, drafter_inputs)
+    else:
+        draft = prepare_drafter(drafter, model, input_ids, model_kwargs, text_only=text_only_draft,
+                                drafter_inputs=drafter_inputs)
     stats.target_calls += 1
     stats.target_evals += B
     stats.draft_calls += 1
