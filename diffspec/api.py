@@ -200,17 +200,27 @@ class SpeculativePipeline:
         device: str | torch.device | None = None,
         **overrides: Any,
     ) -> SpeculativePipeline:
-        """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``) or a
-        shipped name (``"tiny-dit"``, ``"tiny-ar"``) and wrap it.
+        """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``), a
+        transformers model folder (LM, VLM, Whisper, MusicGen decoder; with its processor, and for
+        multimodal methods ``draft=`` a drafter folder or model) or a shipped name (``"tiny-dit"``,
+        ``"tiny-ar"``) and wrap it.
 
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd")  # doctest: +SKIP
+            >>> spec = SpeculativePipeline.from_pretrained("ckpt/whisper", method="draft", draft="ckpt/small")  # doctest: +SKIP
         """
         from .models import is_ar_model_folder, load_ar_target, load_pipeline, resolve_model_path
 
-        if is_ar_model_folder(resolve_model_path(path)):
+        folder = resolve_model_path(path)
+        if is_ar_model_folder(folder):
             return cls.from_pipe(load_ar_target(path, dtype=dtype, device=device), method, **overrides)
+        from .multimodal.loading import is_transformers_folder, load_model, load_target
+
+        if is_transformers_folder(folder):
+            if isinstance(overrides.get("draft"), (str, Path)):
+                overrides["draft"] = load_model(overrides["draft"], dtype=dtype, device=device)
+            return cls.from_pipe(load_target(folder, dtype=dtype, device=device), method, **overrides)
         return cls.from_pipe(load_pipeline(path, dtype=dtype, device=device), method, **overrides)
 
     @classmethod

@@ -106,3 +106,31 @@ def prepare_seq2seq_drafter(drafter: Any, target: Any, input_ids: torch.Tensor, 
                       seq2seq=is_seq2seq(drafter), static={"encoder_outputs": enc})
     state.forward(drafter, input_ids, mask, logits_to_keep=1)
     return state
+
+
+SPEECH_UNSUPPORTED = ("return_token_timestamps", "return_segments", "return_dict_in_generate", "output_scores",
+                      "output_attentions", "logprob_threshold", "compression_ratio_threshold",
+                      "no_speech_threshold")
+"""Whisper ``generate`` options that need per-step scores or attentions (not produced by the loop)."""
+
+
+def check_speech_options(model: Any, kwargs: dict[str, Any]) -> None:
+    """Raise a clear ``ValueError`` for Whisper options the speculative loop does not support.
+
+    Supported (tested identical to plain ``generate``): transcribe / translate, language given or
+    detected, with or without ``return_timestamps``, short- and long-form (``attention_mask`` over
+    the features), ``prompt_ids``, ``condition_on_prev_tokens``, greedy or one sampling temperature.
+    Not supported: options that read per-step scores or attentions (token timestamps, segments,
+    temperature fallback thresholds, no-speech detection), beam search, a temperature schedule.
+    """
+    bad = [name for name in SPEECH_UNSUPPORTED if kwargs.get(name) not in (None, False)]
+    if isinstance(kwargs.get("temperature"), (tuple, list)):
+        bad.append("temperature=<schedule>")
+    if int(kwargs.get("num_beams") or 1) > 1:
+        bad.append("num_beams>1")
+    if bad:
+        raise ValueError(f"{type(model).__name__} speculative decoding does not support {', '.join(bad)}: the loop "
+                         "produces token ids only (no per-step scores/attentions, no beam search). Supported: "
+                         "transcribe/translate, language given or detected, return_timestamps, short- and "
+                         "long-form audio, prompt_ids, condition_on_prev_tokens, greedy or one temperature; "
+                         "call spec.plain(...) for the rest")
