@@ -41,6 +41,7 @@ def _whisper_generation_config(model) -> None:
     gc.is_multilingual, gc.no_timestamps_token_id, gc.prev_sot_token_id = True, NOTS, SOPREV
     gc.max_initial_timestamp_index = 50
     gc.suppress_tokens, gc.begin_suppress_tokens = [], [EOT]
+    gc._from_model_config = False  # else from_pretrained rebuilds it from the model config (no lang_to_id)
 
 
 def whisper(decoder_layers: int = 2, d_model: int = 64, seed: int = 0):
