@@ -14,6 +14,7 @@ from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .multimodal.codec_config import RelaxedCodecConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
 from .stats import SpecStats
 
@@ -68,7 +69,8 @@ _REGISTRY: dict[str, MethodInfo] = {
         _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),
         _planned("self-draft", "multimodal", True, "layer-skip / sparse-KV self drafting"),
         _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
-        _planned("relaxed-codec", "multimodal", False, "relaxed acceptance for speech codec tokens"),
+        _info(RelaxedCodecConfig, "diffspec.multimodal.codec_pipeline:CodecPipeline",
+              "codec LM (MusicGen) frame drafts, exact on codebook 0, beta tolerance on the others"),
     )
 }
 

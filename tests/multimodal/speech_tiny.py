@@ -105,7 +105,7 @@ def musicgen(layers: int = 2, hidden: int = 64, seed: int = 0, codebooks: int = 
     from transformers import MusicgenDecoderConfig, MusicgenForCausalLM
 
     torch.manual_seed(seed)
-    cfg = MusicgenDecoderConfig(vocab_size=vocab + 1, num_codebooks=codebooks, hidden_size=hidden, num_hidden_layers=layers,
+    cfg = MusicgenDecoderConfig(vocab_size=vocab, num_codebooks=codebooks, hidden_size=hidden, num_hidden_layers=layers,
                                 num_attention_heads=4, ffn_dim=2 * hidden, max_position_embeddings=256,
                                 pad_token_id=vocab, bos_token_id=vocab, eos_token_id=None,
                                 decoder_start_token_id=vocab, initializer_factor=0.3)
