@@ -16,9 +16,17 @@ attention mask and cache calls, same post-processing), but per round:
    derives positions from the cache length, so rows cannot keep ragged caches), then both
    caches are cropped.
 
-``beta=1`` reproduces plain greedy ``generate`` exactly. Supported subset: ``MusicgenForCausalLM``
-(mono or stereo codebooks) unconditional or with an audio-code prompt, optionally cross-attending
-to given ``encoder_hidden_states``; greedy; no classifier-free guidance, no logits processors.
+``beta=1`` reproduces plain greedy ``generate`` exactly (tested, batch 1-3, audio-code prompts
+included; like transformers 5.23's ``generate``, the first call goes through the model's own
+``prepare_inputs_for_generation``, which feeds only the last prompt column). Supported subset:
+``MusicgenForCausalLM`` (a MusicGen decoder), unconditional or with an audio-code prompt, or
+cross-attending to given ``encoder_hidden_states`` (text conditioning: the decoder of a
+``MusicgenForConditionalGeneration`` with ``enc_to_dec_proj(text_encoder(...))``; both models get
+the same states, so the drafter needs the target's hidden size there). With
+``encoder_hidden_states`` the reference is greedy decoding without a cache, because 5.23's
+``generate`` shares one ``DynamicCache`` between self- and cross-attention in that case; this loop
+uses an ``EncoderDecoderCache``. Greedy only; no classifier-free guidance, no logits processors,
+no sampling (SSD's sampled rule A4 is not implemented).
 
 Example:
     >>> codes = codec_generate(decoder, small_decoder, prompt_ids, max_new_tokens=64, beta=0.5)  # doctest: +SKIP

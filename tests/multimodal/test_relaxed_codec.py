@@ -100,3 +100,30 @@ def test_from_pretrained_codec_folders(target, tmp_path):
                                                beta=1.0)
     ids = _prompt(1, 7)
     assert torch.equal(spec(ids, max_new_tokens=NEW).audio_codes, _plain(target, ids))
+
+
+def _no_cache_greedy(model, ids, new, encoder_hidden_states):
+    """Greedy decoding recomputing the whole sequence each step (no cache), MusicGen's delay pattern and
+    prompt mask: the reference for cross-attention conditioning (transformers 5.23's MusicgenForCausalLM.generate
+    shares one DynamicCache between self- and cross-attention there, so it is not one)."""
+    seqs, pattern = model.build_delay_pattern_mask(ids, pad_token_id=PAD, max_length=ids.shape[1] + new)
+    with torch.no_grad():
+        while seqs.shape[1] < ids.shape[1] + new:
+            mask = torch.cat([(ids != PAD).long(), torch.ones_like(seqs[:, ids.shape[1]:])], 1)
+            logits = model(input_ids=model.apply_delay_pattern_mask(seqs, pattern), attention_mask=mask,
+                           encoder_hidden_states=encoder_hidden_states, use_cache=False).logits[:, -1]
+            seqs = torch.cat([seqs, logits.argmax(-1, keepdim=True)], 1)
+    out = model.apply_delay_pattern_mask(seqs, pattern)
+    return out[out != PAD].reshape(ids.shape[0] // K, K, -1)
+
+
+def test_cross_attention_conditioning_matches_no_cache_reference(target):
+    enc = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(0))
+    ids = _prompt(2, 0, length=1)
+    assert torch.equal(_no_cache_greedy(target, ids, NEW, None), _plain(target, ids))  # the reference is faithful
+    ref = _no_cache_greedy(target, ids, NEW, enc)
+    for drafter in (noisy(target, 0.0), noisy(target, 0.1, 3)):
+        stats = SpecStats()
+        out = codec_generate(target, drafter, ids, max_new_tokens=NEW, beta=1.0, encoder_hidden_states=enc,
+                             spec_stats=stats)
+        assert torch.equal(out, ref) and stats.accepted > 0
