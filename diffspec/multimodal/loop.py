@@ -19,6 +19,11 @@ makes the rows' inputs ragged again on the next call; with masks every call feed
 ``k + 1`` tokens per row, positions stay those of plain decoding (1-D or M-RoPE), and batch 1 is
 the usual crop. The price is up to ``k`` masked slots per row per round of cache memory.
 
+Encoder-decoder targets (Whisper, called through its own ``generate``, which keeps its prompt,
+language, timestamp and long-form logic) feed only the decoder here: the encoder outputs are passed
+on every call and the ``EncoderDecoderCache`` is cropped on its self-attention part
+(:mod:`~diffspec.multimodal.seq2seq`, which also prepares seq2seq drafters).
+
 Supported stopping: EOS ids and ``max_length`` / ``max_new_tokens`` (other stopping criteria,
 e.g. stop strings, are not evaluated). The return value is the sequences tensor, as plain
 ``generate`` with ``return_dict_in_generate=False``.
@@ -94,7 +99,8 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         text_only_draft: the drafter sees the prompt's text tokens only (no pixels, placeholders masked).
         drafter_inputs: the processor's outputs again (pixels, grids, ``mm_token_type_ids``) for a VLM
             drafter (see :func:`~diffspec.multimodal.drafter.prepare_drafter`); without them a VLM
-            drafter sees the text tokens only.
+            drafter sees the text tokens only. For a Whisper drafter with its own encoder: the dict
+            :func:`~diffspec.multimodal.seq2seq.record_encoder_inputs` yields.
         generator: RNG of every draw (drafts, uniforms, corrections).
         spec_stats: counters to fill (target/draft calls, accepted/proposed, rounds).
 
