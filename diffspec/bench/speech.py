@@ -175,7 +175,7 @@ def noisy_drafter(model: Any, scale: float, seed: int = 0) -> Any:
     return clone
 
 
-def run_codec_sweep(*, betas: tuple[float, ...] = (1.0, 0.5, 0.3, 0.1), noise: float = 0.3, batch: int = 2,
+def run_codec_sweep(*, betas: tuple[float, ...] = (1.0, 0.5, 0.2, 0.05), noise: float = 0.1, batch: int = 2,
                     tokens: int = 64, seeds: tuple[int, ...] = (0, 1, 2), num_draft_tokens: int = 4) -> dict[str, Any]:
     """``relaxed-codec`` mechanics on a random MusicGen decoder: acceptance, target calls and token
     disagreement with plain greedy per ``beta`` (drafter: the target with noisy logits; no timings)."""
@@ -187,7 +187,7 @@ def run_codec_sweep(*, betas: tuple[float, ...] = (1.0, 0.5, 0.3, 0.1), noise: f
     torch.manual_seed(0)
     cfg = MusicgenDecoderConfig(vocab_size=2048, num_codebooks=4, hidden_size=256, num_hidden_layers=4,
                                 num_attention_heads=4, ffn_dim=1024, pad_token_id=2048, bos_token_id=2048,
-                                decoder_start_token_id=2048, eos_token_id=None)
+                                decoder_start_token_id=2048, eos_token_id=None, initializer_factor=0.3)
     target = MusicgenForCausalLM(cfg).eval()
     gc = target.generation_config
     gc.pad_token_id = gc.bos_token_id = gc.decoder_start_token_id = 2048
