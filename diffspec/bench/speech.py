@@ -142,9 +142,11 @@ def run_speech(*, batch: int | None = None, tokens: int = 48, num_draft_tokens: 
             "quality": {"psnr": None, "ssim": None, "lpips": None, "fid": None,
                         "exact": bool(torch.equal(outputs[arm.name].cpu(), outputs["baseline"].cpu()))},
         })
+    import transformers
+
     return {
         "suite": "speech",
-        "machine": machine_info(dev),
+        "machine": {**machine_info(dev), "transformers": transformers.__version__},
         "model": {"name": "whisper-tiny-size (random weights)", "params": sum(p.numel() for p in target.parameters()),
                   "dtype": "float32", "weights": "random",
                   "drafter": {"decoder_layers": 1, "encoder": "shared with the target",
@@ -217,7 +219,9 @@ def run_codec_sweep(*, betas: tuple[float, ...] = (1.0, 0.5, 0.2, 0.05), noise: 
                      "token_disagreement": round(sum(dis) / n, 4),
                      "token_disagreement_per_codebook": [round(sum(c) / n, 4) for c in zip(*per_cb)],
                      "quality": {"exact": exact}})
-    return {"suite": "speech-codec", "machine": machine_info("cpu"),
+    import transformers
+
+    return {"suite": "speech-codec", "machine": {**machine_info("cpu"), "transformers": transformers.__version__},
             "model": {"name": "musicgen-decoder (random weights, 4x256, 4 codebooks x 2048)",
                       "params": sum(p.numel() for p in target.parameters()), "dtype": "float32", "weights": "random"},
             "workload": {"tokens": tokens, "batch": batch, "seeds": list(seeds), "prompt_frames": 3,
