@@ -56,8 +56,8 @@ def test_unsupported_whisper_options_are_clear(whisper_folders):
             spec(audio=_audio(1), sampling_rate=16000, max_new_tokens=4, **bad)
 
 
-def test_from_pretrained_causal_lm_and_unsupported_model(tmp_path):
-    from mm_tiny import llama, text_prompts
+def test_from_pretrained_causal_lm_vlm_and_unsupported_model(tmp_path):
+    from mm_tiny import SPECIAL, llama, llava, llava_inputs, text_prompts
     from transformers import BertConfig, BertModel
 
     llama(seed=0).save_pretrained(tmp_path / "lm")
@@ -66,6 +66,11 @@ def test_from_pretrained_causal_lm_and_unsupported_model(tmp_path):
     inputs = text_prompts(2, seed=1)
     assert torch.equal(spec(**inputs, max_new_tokens=8, do_sample=False).sequences,
                        spec.plain(**inputs, max_new_tokens=8, do_sample=False).sequences)
+    llava().save_pretrained(tmp_path / "vlm")
+    spec = SpeculativePipeline.from_pretrained(tmp_path / "vlm", method="text-draft", draft=tmp_path / "lm-small")
+    assert type(spec.pipe).__name__ == "LlavaForConditionalGeneration"
+    kw = dict(llava_inputs(2, seed=2), max_new_tokens=8, do_sample=False, suppress_tokens=SPECIAL)
+    assert torch.equal(spec(**kw).sequences, spec.plain(**kw).sequences)
     BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(tmp_path / "bert")
     with pytest.raises(ValueError, match=r"BertModel .*not supported.*speech seq2seq.*register_loader"):
