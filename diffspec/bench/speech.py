@@ -61,7 +61,7 @@ def replay_drafter(drafter: Any, table: torch.Tensor, accept: float, seed: int =
     base = type(drafter)
     g = torch.Generator().manual_seed(seed)
     corrupt = torch.rand(table.shape, generator=g) >= accept
-    targets = torch.where(corrupt, (table + 1) % VOCAB, table)
+    targets = torch.where(corrupt, (table + 1) % drafter.config.vocab_size, table)
 
     @functools.wraps(base.forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
