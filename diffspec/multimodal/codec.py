@@ -135,7 +135,7 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
     relaxed = torch.arange(BK, device=buf.device) % K >= exact_codebooks
     log_beta = math.log(beta)
     pattern = torch.cat([pattern, pattern.new_full((BK, k_max + 2), pad)], 1)  # past max_len: never fed
-    relaxed_tokens = 0
+    relaxed_tokens = torch.zeros((), dtype=torch.long, device=buf.device)  # summed on the device, read once
     while n < max_len:
         k = min(k_max, max_len - n - 1)
         # 1. draft k steps (the drafter first catches up on the columns it has not seen)
@@ -157,7 +157,7 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
         m_rows = ok.view(B, K, k).all(1).long().cumprod(1).sum(1)
         m = int(m_rows.min()) if k else 0  # the one host sync per round: lockstep advance
         buf[:, n + m] = greedy[:, m]
-        relaxed_tokens += int((~same[:, :m] & (pattern[:, n:n + m] == -1)).sum()) if m else 0
+        relaxed_tokens += (~same[:, :m] & (pattern[:, n:n + m] == -1)).sum()
         # 4. roll back: columns [0, n + m) are final; the correction at n + m is fed next round
         target.keep(n + m)
         draft.keep(n + m)
@@ -165,6 +165,6 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
         stats.proposed += k * B
         n += m + 1
     out = model.apply_delay_pattern_mask(buf[:, :max_len], pattern[:, :max_len])
-    stats.extra["relaxed_tokens"] = relaxed_tokens
+    stats.extra["relaxed_tokens"] = int(relaxed_tokens)
     stats.extra["frames_per_target_call"] = (max_len - T0) / stats.target_calls
     return out[out != pad].reshape(B, K, -1)
