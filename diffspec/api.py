@@ -15,6 +15,7 @@ from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .multimodal.compressed_config import CompressedDraftConfig
+from .multimodal.codec_config import RelaxedCodecConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
 from .multimodal.self_config import SelfDraftConfig
 from .stats import SpecStats
@@ -72,7 +73,8 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(SelfDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
               "the target drafts for itself: sparse top-K visual KV and/or layer skip (STD)"),
         _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
-        _planned("relaxed-codec", "multimodal", False, "relaxed acceptance for speech codec tokens"),
+        _info(RelaxedCodecConfig, "diffspec.multimodal.codec_pipeline:CodecPipeline",
+              "codec LM (MusicGen) frame drafts, exact on codebook 0, beta tolerance on the others"),
     )
 }
 
@@ -204,17 +206,27 @@ class SpeculativePipeline:
         device: str | torch.device | None = None,
         **overrides: Any,
     ) -> SpeculativePipeline:
-        """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``) or a
-        shipped name (``"tiny-dit"``, ``"tiny-ar"``) and wrap it.
+        """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``), a
+        transformers model folder (LM, VLM, Whisper, MusicGen decoder; with its processor, and for
+        multimodal methods ``draft=`` a drafter folder or model) or a shipped name (``"tiny-dit"``,
+        ``"tiny-ar"``) and wrap it.
 
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd")  # doctest: +SKIP
+            >>> spec = SpeculativePipeline.from_pretrained("ckpt/whisper", method="draft", draft="ckpt/small")  # doctest: +SKIP
         """
         from .models import is_ar_model_folder, load_ar_target, load_pipeline, resolve_model_path
 
-        if is_ar_model_folder(resolve_model_path(path)):
+        folder = resolve_model_path(path)
+        if is_ar_model_folder(folder):
             return cls.from_pipe(load_ar_target(path, dtype=dtype, device=device), method, **overrides)
+        from .multimodal.loading import is_transformers_folder, load_model, load_target
+
+        if is_transformers_folder(folder):
+            if isinstance(overrides.get("draft"), (str, Path)):
+                overrides["draft"] = load_model(overrides["draft"], dtype=dtype, device=device)
+            return cls.from_pipe(load_target(folder, dtype=dtype, device=device), method, **overrides)
         return cls.from_pipe(load_pipeline(path, dtype=dtype, device=device), method, **overrides)
 
     @classmethod

@@ -19,6 +19,11 @@ makes the rows' inputs ragged again on the next call; with masks every call feed
 ``k + 1`` tokens per row, positions stay those of plain decoding (1-D or M-RoPE), and batch 1 is
 the usual crop. The price is up to ``k`` masked slots per row per round of cache memory.
 
+Encoder-decoder targets (Whisper, called through its own ``generate``, which keeps its prompt,
+language, timestamp and long-form logic) feed only the decoder here: the encoder outputs are passed
+on every call and the ``EncoderDecoderCache`` is cropped on its self-attention part
+(:mod:`~diffspec.multimodal.seq2seq`, which also prepares seq2seq drafters).
+
 Supported stopping: EOS ids and ``max_length`` / ``max_new_tokens`` (other stopping criteria,
 e.g. stop strings, are not evaluated). The return value is the sequences tensor, as plain
 ``generate`` with ``return_dict_in_generate=False``.
@@ -34,12 +39,13 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, EncoderDecoderCache
 
 from ..stats import SpecStats
 from .accept import greedy_accept, sampling_accept
 from .drafter import prepare_drafter
-from .slots import SlotState
+from .seq2seq import is_seq2seq, prepare_seq2seq_drafter
+from .slots import SlotState, takes_logits_to_keep
 
 
 def process(logits_processor: Any, seqs: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -94,7 +100,8 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         text_only_draft: the drafter sees the prompt's text tokens only (no pixels, placeholders masked).
         drafter_inputs: the processor's outputs again (pixels, grids, ``mm_token_type_ids``) for a VLM
             drafter (see :func:`~diffspec.multimodal.drafter.prepare_drafter`); without them a VLM
-            drafter sees the text tokens only.
+            drafter sees the text tokens only. For a Whisper drafter with its own encoder: the dict
+            :func:`~diffspec.multimodal.seq2seq.record_encoder_inputs` yields.
         generator: RNG of every draw (drafts, uniforms, corrections).
         spec_stats: counters to fill (target/draft calls, accepted/proposed, rounds).
         draft_strategy: how the drafter sees the prompt (:mod:`~diffspec.multimodal.strategies`:
@@ -107,9 +114,13 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     if drafter is None and draft_strategy is None:
         raise ValueError("speculative_generate needs drafter=<a transformers model with the target's vocabulary>")
     cache = model_kwargs.get("past_key_values")
-    if cache is not None and not isinstance(cache, DynamicCache):
+    self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    if self_cache is not None and not isinstance(self_cache, DynamicCache):
         raise ValueError(f"past_key_values={type(cache).__name__} is not supported: the loop crops the cache, "
                          "use the default DynamicCache")
+    if generation_config.num_beams > 1 or generation_config.return_dict_in_generate:
+        raise ValueError("speculative_generate supports greedy and sampling with num_beams=1 and returns the "
+                         "sequences tensor: set num_beams=1 and return_dict_in_generate=False")
     stats = spec_stats if spec_stats is not None else SpecStats(method="draft")
     max_draft_tokens = max(max_draft_tokens, num_draft_tokens)
     do_sample = bool(generation_config.do_sample)
@@ -121,17 +132,26 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     eos = generation_config._eos_token_tensor
     eos = None if eos is None else eos.reshape(-1).to(dev)
 
-    # 1. prefills (transformers' own input preparation; pixels only reach the prefill)
-    mask = model_kwargs.get("attention_mask")
-    mask = torch.ones_like(input_ids) if mask is None else mask
+    # 1. prefills (transformers' own input preparation; pixels only reach the prefill). An
+    # encoder-decoder (Whisper) has run its encoder already: only its decoder is fed from here on.
+    seq2seq = is_seq2seq(model)
+    prefix = "decoder_" if seq2seq else ""
+    mask = model_kwargs.get(f"{prefix}attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask.long()
     inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
-    inputs["logits_to_keep"] = 1
+    if takes_logits_to_keep(model):
+        inputs["logits_to_keep"] = 1
     probe = nullcontext() if draft_strategy is None else draft_strategy.probe(model, input_ids, model_kwargs)
     with probe:  # a strategy may score the visual tokens during the prefill
         out = model(**inputs)
-    target = SlotState.after_prefill(out.past_key_values, mask, model_kwargs.get("position_ids"))
+    target = SlotState.after_prefill(out.past_key_values, mask, model_kwargs.get(f"{prefix}position_ids"))
     vocab = out.logits.shape[-1]
-    if draft_strategy is None:
+    if seq2seq:
+        if draft_strategy is not None:
+            raise ValueError("compressed-draft / self-draft need a decoder-only VLM target, not an encoder-decoder")
+        target.seq2seq, target.static = True, {"encoder_outputs": model_kwargs["encoder_outputs"]}
+        draft = prepare_seq2seq_drafter(drafter, model, input_ids, model_kwargs, drafter_inputs)
+    elif draft_strategy is None:
         draft = prepare_drafter(drafter, model, input_ids, model_kwargs, text_only=text_only_draft,
                                 drafter_inputs=drafter_inputs)
     else:

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,12 @@ from ..stats import SpecStats
 from .config import DraftConfig
 from .loop import speculative_generate
 from .self_config import SelfDraftConfig
+from .seq2seq import check_speech_options, is_seq2seq, record_encoder_inputs
 from .strategies import strategy_for
 
 SUPPORTED = ("transformers generative models (GenerationMixin, DynamicCache): causal LMs such as Llama/Qwen2, "
-             "LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, Qwen2-VL / Qwen2.5-VL (image and video)")
+             "LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, Qwen2-VL / Qwen2.5-VL (image and video), "
+             "Whisper (speech seq2seq)")
 
 
 @dataclass
@@ -58,8 +61,9 @@ class MultimodalPipeline(SpeculativePipeline):
     a smaller VLM, or a text-only LM), not a config field: ``from_pipe`` hands it to :meth:`wrap`,
     while method settings (``num_draft_tokens``, ``schedule``, ...) stay in the config.
 
-    Call with the processor's inputs (``text=``, ``images=``, ``videos=``; needs the processor) or
-    with ready tensors (``input_ids=``, ``attention_mask=``, ``pixel_values=``, ...), plus any
+    Call with the processor's inputs (``text=``, ``images=``, ``videos=``, or ``audio=`` with
+    ``sampling_rate=`` for Whisper; needs the processor) or with ready tensors (``input_ids=``,
+    ``attention_mask=``, ``pixel_values=``, ``input_features=``, ...), plus any
     ``generate`` option (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ...) and
     ``generator=`` (the RNG of every draw). Returns a :class:`MultimodalOutput`. ``spec.stats``:
     ``target_calls`` (prefill + one per round), ``draft_calls`` (drafter forwards incl. prefill),
@@ -106,10 +110,16 @@ class MultimodalPipeline(SpeculativePipeline):
         """Decode with plain ``generate`` (same inputs, same output type)."""
         self.speculative = False
 
-    def _inputs(self, text: Any, images: Any, videos: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _inputs(self, text: Any, images: Any, videos: Any, kwargs: dict[str, Any], audio: Any = None,
+                sampling_rate: int | None = None) -> dict[str, Any]:
         tensors = {k: kwargs.pop(k) for k in list(kwargs) if isinstance(kwargs[k], torch.Tensor)}
+        if audio is not None:
+            if self.processor is None:
+                raise ValueError("audio= needs a processor: wrap (model, processor) or pass input_features=")
+            rate = {} if sampling_rate is None else {"sampling_rate": sampling_rate}
+            return dict(self.processor(audio=audio, return_tensors="pt", **rate)).copy() | tensors
         if text is None:
-            if "input_ids" not in tensors:
+            if "input_ids" not in tensors and not is_seq2seq(self.pipe):
                 raise ValueError("pass text= (with a processor) or input_ids= (ready tensors)")
             return tensors
         if self.processor is None:
@@ -117,20 +127,27 @@ class MultimodalPipeline(SpeculativePipeline):
         given = {k: v for k, v in (("images", images), ("videos", videos)) if v is not None}
         return dict(self.processor(text=text, return_tensors="pt", padding=True, **given)).copy() | tensors
 
-    def _run(self, text: Any = None, images: Any = None, videos: Any = None,
-             generator: torch.Generator | None = None, **kwargs: Any) -> MultimodalOutput:
-        inputs = self._inputs(text, images, videos, kwargs)
+    def _run(self, text: Any = None, images: Any = None, videos: Any = None, audio: Any = None,
+             sampling_rate: int | None = None, generator: torch.Generator | None = None,
+             **kwargs: Any) -> MultimodalOutput:
+        inputs = self._inputs(text, images, videos, kwargs, audio, sampling_rate)
         inputs = {k: v.to(self.pipe.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        seq2seq = is_seq2seq(self.pipe)
         if self.speculative:
             cfg = self.config
-            seqs = self.pipe.generate(
-                **inputs, **kwargs, custom_generate=speculative_generate, drafter=self.drafter,
-                num_draft_tokens=cfg.num_draft_tokens, draft_schedule=cfg.schedule,
-                max_draft_tokens=cfg.max_draft_tokens, text_only_draft=cfg.text_only,
-                drafter_inputs=inputs, generator=generator, spec_stats=self.stats, draft_strategy=strategy_for(cfg))
+            if seq2seq:
+                check_speech_options(self.pipe, kwargs)
+            with record_encoder_inputs(self.pipe) if seq2seq else nullcontext(inputs) as drafter_inputs:
+                seqs = self.pipe.generate(
+                    **inputs, **kwargs, custom_generate=speculative_generate, drafter=self.drafter,
+                    num_draft_tokens=cfg.num_draft_tokens, draft_schedule=cfg.schedule,
+                    max_draft_tokens=cfg.max_draft_tokens, text_only_draft=cfg.text_only,
+                    drafter_inputs=drafter_inputs, generator=generator, spec_stats=self.stats,
+                    draft_strategy=strategy_for(cfg))
         else:
             seqs = self.pipe.generate(**inputs, **kwargs)
-        new = seqs[:, inputs["input_ids"].shape[1]:]
+        # Whisper's generate returns the new tokens only (its decoder prompt is stripped)
+        new = seqs if seq2seq else seqs[:, inputs["input_ids"].shape[1]:]
         decode = getattr(self.processor, "batch_decode", None)
         text_out = decode(new, skip_special_tokens=True) if decode is not None else None
         return MultimodalOutput(seqs, new, text_out)

@@ -16,7 +16,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,13 +32,26 @@ def drop_tail(cache: Any, n: int) -> None:
         cache.crop(-n)
 
 
+def takes_logits_to_keep(model: Any) -> bool:
+    """Whether ``model.forward`` names ``logits_to_keep`` (Whisper and MusicGen compute every position)."""
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
 @dataclass
 class SlotState:
-    """One model's cache with its slot mask (B, S) and next positions ((B,) or (R, B))."""
+    """One model's cache with its slot mask (B, S) and next positions ((B,) or (R, B)).
+
+    ``seq2seq`` feeds an encoder-decoder's decoder (``decoder_input_ids``, ``decoder_attention_mask``,
+    ``decoder_position_ids``; its :class:`~transformers.EncoderDecoderCache` crops the self-attention
+    part and keeps the cross-attention part); ``static`` holds kwargs passed on every call (the
+    encoder outputs).
+    """
 
     cache: Any
     mask: torch.Tensor
     next_pos: torch.Tensor
+    seq2seq: bool = False
+    static: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def after_prefill(cls, cache: Any, mask: torch.Tensor, position_ids: torch.Tensor | None) -> SlotState:
@@ -67,11 +81,16 @@ class SlotState:
         valid = torch.ones_like(ids, dtype=torch.long) if valid is None else valid.long()
         pos = self.positions(L, valid)
         self.mask = torch.cat([self.mask, valid], dim=1)
-        out = model(input_ids=ids, attention_mask=self.mask, position_ids=pos, past_key_values=self.cache,
-                    use_cache=True, logits_to_keep=logits_to_keep)
+        prefix = "decoder_" if self.seq2seq else ""
+        kwargs = {f"{prefix}input_ids": ids, f"{prefix}attention_mask": self.mask, f"{prefix}position_ids": pos,
+                  "past_key_values": self.cache, "use_cache": True, **self.static}
+        keep = takes_logits_to_keep(model)
+        if keep:
+            kwargs["logits_to_keep"] = logits_to_keep
+        out = model(**kwargs)
         self.cache = out.past_key_values
         self.next_pos = self.next_pos + valid.sum(1)
-        return out.logits
+        return out.logits if keep or not logits_to_keep else out.logits[:, -logits_to_keep:]
 
     def rollback(self, fed: int, keep: torch.Tensor) -> None:
         """Of the last ``fed`` slots, row ``b`` keeps its first ``keep[b]`` *real* ones.
