@@ -1,8 +1,9 @@
 """Triton kernel of :mod:`diffspec.kernels.accept`: one program per verified position (row).
 
-Passes over the row's vocabulary, in blocks (the row stays in L1/L2 after the first):
-top-k threshold (32 bisection passes, only with top-k), max, normaliser, top-p threshold (30
-bisection passes) and its normaliser (only with top-p), then one pass for ``p(x)``, ``q(x)`` and
+Passes over the row's vocabulary, in blocks (the row stays in L1/L2 after the first if it fits):
+top-k threshold (32 bisection passes, only with top-k), max and normaliser (one online-softmax
+pass), top-p threshold (30 bisection passes) and its normaliser (only with top-p), then one pass
+for ``p(x)``, ``q(x)`` and
 the running sums of the residual ``max(0, p - q)`` and of ``p``, and, only on a rejection, one
 inverse-CDF scan at ``u_r`` that re-forms the same running sums block by block.
 """
@@ -66,17 +67,16 @@ def _accept_kernel(t_ptr, q_ptr, d_ptr, ua_ptr, ur_ptr, pm_ptr, qm_ptr, acc_ptr,
                 hi = tl.where(ok, hi, mid - 1)
             kth_key = lo
         mx = tl.full([], float("-inf"), tl.float32)
-        for start in range(0, V, BLOCK):
-            offs = start + ar
-            m = offs < V
-            x = tl.load(t_row + offs, mask=m, other=float("-inf")).to(tl.float32) / temperature
-            mx = tl.maximum(mx, tl.max(tl.where(m & (_key(x) >= kth_key), x, float("-inf")), axis=0))
         z = tl.full([], 0.0, tl.float32)
-        for start in range(0, V, BLOCK):
+        for start in range(0, V, BLOCK):  # online softmax: running max and rescaled normaliser, one pass
             offs = start + ar
             m = offs < V
             x = tl.load(t_row + offs, mask=m, other=float("-inf")).to(tl.float32) / temperature
-            z += tl.sum(tl.where(m & (_key(x) >= kth_key), tl.exp(x - mx), 0.0), axis=0)
+            keep = m & (_key(x) >= kth_key)
+            new_mx = tl.maximum(mx, tl.max(tl.where(keep, x, float("-inf")), axis=0))
+            scale = tl.where(new_mx == float("-inf"), 1.0, tl.exp(mx - new_mx))
+            z = z * scale + tl.sum(tl.where(keep, tl.exp(x - new_mx), 0.0), axis=0)
+            mx = new_mx
         if TOP_P:  # smallest key t with mass{p > t} < top_p: keep p >= t
             lo = tl.full([], 0, tl.int64)
             hi = tl.full([], 0x3F800000, tl.int64)
