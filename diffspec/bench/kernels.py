@@ -31,9 +31,9 @@ import torch
 
 from .. import kernels
 from ..kernels.accept import speculative_accept_reference
+from ..kernels.anchors import forecast_reference
 from ..kernels.coupling import reflection_coupling_reference
 from ..kernels.dispatch import interpreting
-from ..kernels.forecast import forecast_reference
 from ..progress import progress
 from .timing import latency_summary, machine_info
 

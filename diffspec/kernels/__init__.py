@@ -13,9 +13,9 @@ Example:
 """
 
 from .accept import inverse_cdf, rejection_sample, speculative_accept, warp_reference
+from .anchors import AnchorRing, forecast, l1_error
 from .coupling import Coupled, reflection_coupling
 from .dispatch import use_triton
-from .forecast import AnchorRing, forecast, l1_error
 
 __all__ = ["AnchorRing", "Coupled", "forecast", "inverse_cdf", "l1_error", "reflection_coupling", "rejection_sample",
            "speculative_accept", "use_triton", "warp_reference"]

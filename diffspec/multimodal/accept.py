@@ -10,7 +10,7 @@ Example:
     >>> logits = torch.nn.functional.one_hot(torch.tensor([[3, 2, 0]]), 4).float()
     >>> m, tokens = greedy_accept(d, logits)
     >>> m.tolist(), tokens.tolist()
-    ([1], [[3, 2, 0]])
+    ([1], [[3, 2, 2]])
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Triton kernels of :mod:`diffspec.kernels.forecast` (imported only when a kernel runs).
+"""Triton kernels of :mod:`diffspec.kernels.anchors` (imported only when a kernel runs).
 
 Layout: every tensor is seen as ``[rows, M]`` (contiguous); the grid is ``(cdiv(M, BLOCK), rows)``.
 Each program loads one block of every anchor once (any float dtype, converted to fp32), forms
@@ -60,7 +60,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def forecast_triton(anchors: Sequence[torch.Tensor], weights: Sequence[float] | torch.Tensor,
                     true: torch.Tensor | None, out_dtype: torch.dtype):
-    """Triton path of :func:`~diffspec.kernels.forecast.forecast` (same arguments and outputs)."""
+    """Triton path of :func:`~diffspec.kernels.anchors.forecast` (same arguments and outputs)."""
     flat = tuple(_rows(a) for a in anchors)
     rows, m = flat[0].shape
     dev = flat[0].device
@@ -87,7 +87,7 @@ def forecast_triton(anchors: Sequence[torch.Tensor], weights: Sequence[float] | 
 
 
 def l1_error_triton(draft: torch.Tensor, true: torch.Tensor, base: torch.Tensor | None):
-    """Triton path of :func:`~diffspec.kernels.forecast.l1_error`."""
+    """Triton path of :func:`~diffspec.kernels.anchors.l1_error`."""
     d, t = _rows(draft), _rows(true)
     b = _rows(base) if base is not None else t
     rows, m = d.shape

@@ -110,7 +110,7 @@ def forecast(anchors: torch.Tensor | Sequence[torch.Tensor], weights: Weights, *
     w_tensor = weights if isinstance(weights, torch.Tensor) else None
     if not use_triton([*items, true, w_tensor], backend) or items[0].dim() < 2:
         return forecast_reference(items, weights, true, out_dtype)
-    from ._forecast_triton import forecast_triton
+    from ._anchors_triton import forecast_triton
 
     return forecast_triton(items, weights, true, out_dtype)
 
@@ -132,7 +132,7 @@ def l1_error(draft: torch.Tensor, true: torch.Tensor, base: torch.Tensor | None 
                          f"{None if base is None else tuple(base.shape)} must have one shape")
     if not use_triton([draft, true, base], backend) or draft.dim() < 2:
         return l1_sums_reference(draft, true, base)
-    from ._forecast_triton import l1_error_triton
+    from ._anchors_triton import l1_error_triton
 
     return l1_error_triton(draft, true, base)
 
