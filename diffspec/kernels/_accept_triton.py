@@ -14,6 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+SPLIT = 8192
+"""Vocabulary piece per program of the split path (few rows, large vocabulary)."""
+SPLIT_ROWS = 256
+"""Below this many rows the split path runs (one program per row leaves the GPU idle)."""
+
 
 @triton.jit
 def _key(x):
@@ -142,7 +147,8 @@ def _accept_kernel(t_ptr, q_ptr, d_ptr, ua_ptr, ur_ptr, pm_ptr, qm_ptr, acc_ptr,
 def accept_rows(target: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u_accept: torch.Tensor,
                 u_residual: torch.Tensor, q_rows: int | tuple[int, int] = 1,
                 warp: tuple[float, int, float] | None = None,
-                accept_mass: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                accept_mass: tuple[torch.Tensor, torch.Tensor] | None = None, split: int | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Accept/draw for ``N`` rows of ``target`` ``[N, V]`` (probabilities, or logits with ``warp``).
 
     Args:
@@ -150,6 +156,9 @@ def accept_rows(target: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u_ac
             for ``k < K`` and no draft (``q = 0``: the bonus position) otherwise.
         warp: ``(temperature, top_k, top_p)`` to warp logits, ``None`` for probabilities.
         accept_mass: ``(p_mass, q_mass)`` ``[N]`` replacing ``(p(x), q(x))`` in the test.
+        split: vocabulary piece per program (:mod:`~diffspec.kernels._accept_split_triton`); ``None``:
+            ``SPLIT`` when there are fewer than ``SPLIT_ROWS`` rows, a large vocabulary and no top-k/top-p,
+            else one program per row. Ignored with top-k/top-p.
 
     Returns:
         ``(accepted [N] bool, tokens [N] long)``.
@@ -159,6 +168,13 @@ def accept_rows(target: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u_ac
     temperature, top_k, top_p = warp if warp is not None else (1.0, 0, 1.0)
     use_k = warp is not None and 0 < top_k < vocab
     use_p = warp is not None and top_p < 1.0
+    if split is None and rows < SPLIT_ROWS and vocab >= 2 * SPLIT:
+        split = SPLIT
+    if split is not None and not (use_k or use_p):
+        from ._accept_split_triton import accept_rows_split
+
+        return accept_rows_split(target, q, draft, u_accept, u_residual, qk, g,
+                                 float(temperature) if warp is not None else None, accept_mass, split)
     acc = torch.empty(rows, dtype=torch.int8, device=target.device)
     tok = torch.empty(rows, dtype=torch.long, device=target.device)
     pm, qm = accept_mass if accept_mass is not None else (u_accept, u_accept)

@@ -1,7 +1,8 @@
 """Speculative acceptance for token targets: warp, ratio test, residual draw, in one pass per row.
 
 Two entry points share one Triton kernel (one program per verified position, looping over vocab
-blocks) and their torch references:
+blocks; with few positions, a large vocabulary and no top-k/top-p, a vocab-split variant spreads
+each position over several programs: ``_accept_split_triton``) and their torch references:
 
 - :func:`rejection_sample` (SJD / MC-SJD): at every position independently, accept a draft
   ``x ~ q`` when ``u_a * q(x) < p(x)``, else draw from ``normalise(max(0, p - q))`` (``p`` where

@@ -117,3 +117,46 @@ def test_errors():
     with pytest.raises(ValueError, match="rejection_sample"):
         rejection_sample(torch.zeros(2, 4), torch.zeros(2, 5), torch.zeros(2, dtype=torch.long), torch.zeros(2),
                          torch.zeros(2))
+
+
+@pytest.fixture
+def split_path(monkeypatch):
+    """Route the Triton calls through the vocab-split kernels (pieces of 256 tokens)."""
+    from diffspec.kernels import _accept_triton
+
+    monkeypatch.setattr(_accept_triton, "SPLIT", 256)
+    calls = []
+    from diffspec.kernels import _accept_split_triton
+
+    original = _accept_split_triton.accept_rows_split
+    monkeypatch.setattr(_accept_split_triton, "accept_rows_split", lambda *a, **k: calls.append(1) or original(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("vocab", [1000, 4097])
+def test_split_path_rejection_sample_matches_reference(split_path, vocab):
+    p, q, g = _close_pair(5, vocab, seed=vocab + 1)
+    q[1] = p[1]
+    draft = torch.multinomial(q, 1, generator=g)[:, 0]
+    ua, ur = torch.rand(5, generator=g), torch.rand(5, generator=g)
+    draft[4], ua[4] = (p[4] / q[4]).argmin(), 0.999
+    masses = None if vocab == 1000 else (torch.rand(5, generator=g) * torch.tensor([1.0, 1, 1, 1, 0]),
+                                         torch.rand(5, generator=g))  # row 4: zero mass, a sure rejection
+    ref = rejection_sample(p, q, draft, ua, ur, accept_mass=masses, backend="torch")
+    out = rejection_sample(p, q, draft, ua, ur, accept_mass=masses, backend="triton")
+    assert split_path and torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+    assert not ref[0].all()
+
+
+def test_split_path_speculative_accept_matches_reference(split_path):
+    b, k, vocab = 3, 4, 1000
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(b, k + 1, vocab, generator=g) * 3
+    logits[0, :, :7] = float("-inf")
+    q = (logits[:, :k] / 0.8 + 0.3 * torch.randn(b, k, vocab, generator=g)).softmax(-1)
+    drafts = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(b, k)
+    ua, ur = torch.rand(b, k, generator=g), torch.rand(b, k + 1, generator=g)
+    m_ref, tok_ref = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="torch")
+    m, tok = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="triton")
+    assert split_path and torch.equal(m, m_ref) and torch.equal(tok, tok_ref)
+    assert 0 < m_ref.sum() < b * k
