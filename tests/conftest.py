@@ -1,7 +1,13 @@
 """Shared fixtures: tiny random-weight models built from configs (no hub)."""
 
-import pytest
+import os
+
 import torch
+
+if not torch.cuda.is_available():  # before anything imports triton: @triton.jit reads it at decoration
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import Generators, sample_with, uniform
+from .. import kernels
+from .sampling import Generators, uniform
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,5 @@ def relaxed_mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, neighbour
     idx = draft.unsqueeze(-1)
     px, qx = p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1)
     budget = neighbour_budget(p, draft, neighbours, delta, lam)
-    accepted = u[..., 0] * qx < px + budget
-    residual = (p - q).clamp_min_(0)
-    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p)
-    return RelaxedResult(accepted, torch.where(accepted, draft, sample_with(residual, u[..., 1])), budget)
+    accepted, tokens = kernels.rejection_sample(p, q, draft, u[..., 0], u[..., 1], accept_mass=(px + budget, qx))
+    return RelaxedResult(accepted, tokens, budget)

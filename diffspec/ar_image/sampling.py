@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import kernels
+
 Generators = torch.Generator | Sequence[torch.Generator] | None
 """``None``, one generator, or one generator per batch row."""
 
@@ -98,12 +100,9 @@ def sample(probs: torch.Tensor, generator: Generators) -> torch.Tensor:
 
 
 def sample_with(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw of each row of ``probs`` at the given uniforms ``u`` (shape ``probs.shape[:-1]``)."""
-    cdf = probs.float().cumsum(-1)
-    total = cdf[..., -1:]
-    x = torch.minimum(u.unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
-    idx = torch.searchsorted(cdf.contiguous(), x.contiguous(), right=True).squeeze(-1)
-    return idx.clamp_(max=probs.shape[-1] - 1)
+    """Inverse-CDF draw of each row of ``probs`` at the given uniforms ``u`` (shape ``probs.shape[:-1]``):
+    :func:`diffspec.kernels.inverse_cdf`."""
+    return kernels.inverse_cdf(probs, u)
 
 
 @dataclass(frozen=True)
@@ -148,18 +147,14 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
         torch.Size([1])
     """
     u = uniform((*draft.shape, 2), generator, p.device)
-    idx = draft.unsqueeze(-1)
-    px, qx = p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1)
     relaxation = None
     if accept_mass is not None:
+        idx = draft.unsqueeze(-1)
+        px, qx = p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1)
         pm, qm = accept_mass
         relaxation = (acceptance_prob(pm, qm) - acceptance_prob(px, qx)).abs()
-        px, qx = pm, qm
-    accepted = u[..., 0] * qx < px
-    residual = (p - q).clamp_min_(0)
-    mass = residual.sum(-1, keepdim=True)
-    residual = torch.where(mass > 0, residual, p)
-    return MRSResult(accepted, torch.where(accepted, draft, sample_with(residual, u[..., 1])), relaxation)
+    accepted, tokens = kernels.rejection_sample(p, q, draft, u[..., 0], u[..., 1], accept_mass=accept_mass)
+    return MRSResult(accepted, tokens, relaxation)
 
 
 def acceptance_prob(p_mass: torch.Tensor, q_mass: torch.Tensor) -> torch.Tensor:

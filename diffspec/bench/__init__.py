@@ -17,10 +17,12 @@ from typing import Any
 from .ar_image import run_ar_image
 from .dit_cache import run_dit_cache
 from .exact_diffusion import run_exact_diffusion
+from .kernels import run_kernels
 from .multimodal import run_multimodal
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, "exact-diffusion": run_exact_diffusion,
-                                                    "ar-image": run_ar_image, "multimodal": run_multimodal}
+                                                    "ar-image": run_ar_image, "multimodal": run_multimodal,
+                                                    "kernels": run_kernels}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -41,4 +43,5 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
     return doc
 
 
-__all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion", "run_multimodal"]
+__all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion", "run_kernels",
+           "run_multimodal"]

@@ -21,6 +21,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
         return _ar_table(doc)
     if doc.get("suite") == "multimodal":
         return _mm_table(doc)
+    if doc.get("suite") == "kernels":
+        return _kernels_table(doc)
     rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
@@ -89,9 +91,26 @@ def _mm_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _kernels_table(doc: dict[str, Any]) -> str:
+    rows = ["| kernel | config | arm | median ms | GB/s | of copy BW | vs reference |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for run in doc["runs"]:
+        config = ", ".join(f"{k}={v}" for k, v in run.get("config", {}).items())
+        name = run["method"] + (" (peer)" if run.get("peer") else "")
+        if "error" in run:
+            rows.append(f"| {run['kernel']} | {config} | {name} | error: {run['error'][:60]} | | | |")
+            continue
+        rows.append(f"| {run['kernel']} | {config} | {name} | {run['latency_s']['median'] * 1e3:.3f} | "
+                    f"{run['gbps']:.1f} | {run['bandwidth_fraction']:.2f} | {_fmt(run['speedup_vs_reference'], '.2f')} |")
+    return "\n".join(rows)
+
+
 def headline(doc: dict[str, Any]) -> str:
     """``suite on model (device), N steps (or tokens), batch B`` for the table's caption."""
     w = doc["workload"]
+    if doc.get("suite") == "kernels":
+        smoke = " (CPU smoke: no kernel claims)" if w.get("smoke") else ""
+        return f"kernels on {doc['machine']['device']}: copy {doc['copy_gbps']} GB/s{smoke}"
     if "images" in w:
         length = f"{w['images']} captions of <= {w['tokens']} tokens, batches {w['batches']}"
         return f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, {doc['model']['dtype']}"

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .. import kernels
+
 
 def newton_weights(xs: Sequence[float], x: float) -> list[float]:
     """Weights of the interpolating polynomial through ``xs`` evaluated at ``x``.
@@ -92,11 +94,8 @@ def extrapolation_weights(xs: Sequence[float], x: float, form: str) -> list[floa
 
 
 def combine(anchors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
-    """``sum_j weights[j] * anchors[j]`` accumulated in fp32 (returns fp32)."""
-    out = anchors[0].to(torch.float32) * weights[0]
-    for a, w in zip(anchors[1:], weights[1:]):
-        out.add_(a, alpha=w)
-    return out
+    """``sum_j weights[j] * anchors[j]`` accumulated in fp32 (returns fp32): :func:`diffspec.kernels.forecast`."""
+    return kernels.forecast(anchors, weights)
 
 
 class TaylorForecaster:
@@ -193,14 +192,10 @@ class TaylorForecaster:
             for (_, slot), w in zip(hist, weights):
                 for r in rows:
                     table[slot][r] = w
-        ref = next(t for t in self._slots if t is not None)
-        w_all = torch.tensor(table, dtype=torch.float32).to(ref.device, non_blocking=True)
-        shape = (len(self._hist),) + (1,) * (ref.dim() - 1)
-        out = torch.zeros(ref.shape, dtype=torch.float32, device=ref.device)
-        for slot, buf in enumerate(self._slots):
-            if buf is not None:
-                out.addcmul_(buf.float(), w_all[slot].view(shape))
-        return out
+        present = [slot for slot, buf in enumerate(self._slots) if buf is not None]
+        w_rows = torch.tensor([table[s] for s in present], dtype=torch.float32)
+        anchors = [self._slots[s] for s in present]
+        return kernels.forecast(anchors, w_rows.to(anchors[0].device, non_blocking=True))  # type: ignore[arg-type]
 
     def set_order(self, order: int) -> None:
         """Change the order before more anchors than ``order + 1`` exist (a cache budget decided early)."""

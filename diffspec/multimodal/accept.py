@@ -10,12 +10,14 @@ Example:
     >>> logits = torch.nn.functional.one_hot(torch.tensor([[3, 2, 0]]), 4).float()
     >>> m, tokens = greedy_accept(d, logits)
     >>> m.tolist(), tokens.tolist()
-    ([1], [[3, 2, 0]])
+    ([1], [[3, 2, 2]])
 """
 
 from __future__ import annotations
 
 import torch
+
+from .. import kernels
 
 
 def _emit(drafts: torch.Tensor, m: torch.Tensor, correction: torch.Tensor) -> torch.Tensor:
@@ -46,7 +48,8 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
 
     Draft ``i`` is accepted if ``u_i < p_i(d_i) / q_i(d_i)`` with fresh uniforms; at the first
     rejection the token is drawn from ``normalise(max(0, p - q))``; after a full accept the bonus
-    is drawn from ``p_{k+1}``.
+    is drawn from ``p_{k+1}``. Runs :func:`diffspec.kernels.speculative_accept` (one fused kernel
+    on CUDA); the draws are inverse-CDF at ``(B, k + 1)`` uniforms drawn after the ``(B, k)`` test ones.
 
     Args:
         drafts: (B, k) draft ids, sampled from ``q``.
@@ -59,17 +62,15 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
     Returns:
         ``(m, tokens)`` as :func:`greedy_accept`.
     """
-    p = torch.softmax(p_logits.float(), dim=-1)
     B, k = drafts.shape
+    u = torch.rand((B, k), generator=generator, device=drafts.device)
+    u_res = torch.rand((B, k + 1), generator=generator, device=drafts.device)
+    if residual:
+        return kernels.speculative_accept(p_logits, drafts, q, u, u_res)
+    p = torch.softmax(p_logits.float(), dim=-1)  # planted bias: the correction drawn from p itself
     p_d = p[:, :k].gather(2, drafts[..., None])[..., 0]
     q_d = q.float().gather(2, drafts[..., None])[..., 0]
-    u = torch.rand((B, k), generator=generator, device=drafts.device)
     m = (u * q_d < p_d).long().cumprod(1).sum(1)
     p_m = p.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
-    q_pad = torch.cat([q.float(), torch.zeros_like(q[:, :1], dtype=torch.float)], dim=1)
-    q_m = q_pad.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
-    res = (p_m - q_m).clamp_min(0) if residual else p_m
-    mass = res.sum(-1, keepdim=True)
-    res = torch.where(mass > 0, res, p_m)  # p == q at this position: the residual is empty, never drawn
-    correction = torch.multinomial(res, 1, generator=generator)[:, 0]
+    correction = kernels.inverse_cdf(p_m, u_res.gather(1, m[:, None])[:, 0])
     return m, _emit(drafts, m, correction)

@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 
 from ..config import AutospecConfig
-from ..speculation.coupling import first_rejections, reflection_coupling
+from ..kernels import reflection_coupling
+from ..speculation.coupling import first_rejections
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
 from .speculative import Denoise, Generators, SpeculativeSampler, draw

@@ -6,7 +6,7 @@ Per round, for every trajectory at its committed step ``n`` with state ``X``:
    ``a_j`` built from a quantity frozen at the last target call (``x0`` by default);
 2. evaluate the target once on every drafted state ``Y_0 .. Y_{L-1}`` of every trajectory (one
    batched call, per-row timesteps), giving the target means ``b_j``;
-3. couple step ``j`` with :func:`~diffspec.speculation.coupling.reflection_coupling`, keep the
+3. couple step ``j`` with :func:`~diffspec.kernels.reflection_coupling`, keep the
    accepted prefix and the corrected sample at the first rejection.
 
 Every committed step is an exact draw from the target transition given the committed past, so
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import CouplingConfig
-from ..speculation.coupling import first_rejections, reflection_coupling
+from ..kernels import reflection_coupling
+from ..speculation.coupling import first_rejections
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
 
