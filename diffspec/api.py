@@ -14,8 +14,8 @@ from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
-from .multimodal.compressed_config import CompressedDraftConfig
 from .multimodal.codec_config import RelaxedCodecConfig
+from .multimodal.compressed_config import CompressedDraftConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
 from .multimodal.self_config import SelfDraftConfig
 from .stats import SpecStats
