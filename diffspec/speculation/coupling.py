@@ -11,7 +11,9 @@ A draft sample ``y = a + s z`` from ``N(a, s^2 I)`` is checked against the targe
 The output is distributed exactly as ``N(b, s^2 I)`` and the acceptance probability,
 ``2 Phi(-delta / 2)``, is the largest any coupling achieves (Bou-Rabee, Eberle, Zimmer). Rows
 (the first dimension) are independent proposals; the reductions are in float64 over every other
-dimension (never a per-element mean), the arithmetic in float32.
+dimension (never a per-element mean), the arithmetic in float32. The implementation is
+:func:`diffspec.kernels.reflection_coupling` (torch reference, fused Triton kernel on CUDA),
+re-exported here with the math.
 
 Example:
     >>> a, b = torch.zeros(1, 8), torch.full((1, 8), 0.1)
@@ -24,74 +26,14 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-DELTA_EPS = 1e-8
-"""Below this mean distance the two laws are treated as equal (always accept)."""
+# One implementation: the kernel module's torch reference (Triton on CUDA) is the coupling itself.
+from ..kernels.coupling import DELTA_EPS, reflection_coupling
+from ..kernels.coupling import Coupled as CouplingResult
 
-
-@dataclass(frozen=True)
-class CouplingResult:
-    """Per-row outcome of :func:`reflection_coupling`.
-
-    Attributes:
-        accepted: ``(R,)`` bool, the draft sample was kept.
-        sample: ``(R, ...)`` the coupled sample: the draft where accepted, its reflection otherwise.
-        log_ratio: ``(R,)`` float64 ``log q(y) / p(y)``.
-        delta: ``(R,)`` float64 ``||b - a|| / s``.
-    """
-
-    accepted: torch.Tensor
-    sample: torch.Tensor
-    log_ratio: torch.Tensor
-    delta: torch.Tensor
-
-
-def _row_dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return (x.double() * y.double()).flatten(1).sum(1)
-
-
-def reflection_coupling(draft: torch.Tensor, noise: torch.Tensor, draft_mean: torch.Tensor,
-                        target_mean: torch.Tensor, std: torch.Tensor, uniform: torch.Tensor) -> CouplingResult:
-    """Couple each drafted Gaussian step with the target's (see the module docstring).
-
-    Args:
-        draft: ``(R, ...)`` the drafted samples ``draft_mean + std * noise`` (returned as they are
-            where accepted, so an accepted step is bit-identical to its draft).
-        noise: ``(R, ...)`` the standard normal noise the draft used.
-        draft_mean: ``(R, ...)`` the draft's mean ``a``.
-        target_mean: ``(R, ...)`` the target's mean ``b``.
-        std: ``(R,)`` the shared standard deviation ``s > 0`` of each row (not checked here, to keep
-            the hot loop free of host reads: a deterministic step cannot be coupled).
-        uniform: ``(R,)`` independent ``U(0, 1)`` draws.
-
-    Returns:
-        A :class:`CouplingResult`.
-
-    Raises:
-        ValueError: mismatched shapes.
-    """
-    if not (draft.shape == noise.shape == draft_mean.shape == target_mean.shape):
-        raise ValueError(f"reflection_coupling: draft {tuple(draft.shape)}, noise {tuple(noise.shape)}, draft_mean "
-                         f"{tuple(draft_mean.shape)} and target_mean {tuple(target_mean.shape)} must have one shape")
-    rows = draft.shape[0]
-    if std.shape != (rows,) or uniform.shape != (rows,):
-        raise ValueError(f"reflection_coupling: std {tuple(std.shape)} and uniform {tuple(uniform.shape)} must be "
-                         f"({rows},)")
-    view = (rows,) + (1,) * (draft.dim() - 1)
-    s = std.float().view(view)
-    d = (target_mean.float() - draft_mean.float()) / s
-    z = noise.float()
-    delta = _row_dot(d, d).sqrt()
-    log_ratio = _row_dot(z, d) - 0.5 * delta**2
-    accepted = (uniform.double().log() <= log_ratio.clamp(max=0.0)) | (delta < DELTA_EPS)
-    e = d / delta.clamp_min(DELTA_EPS).to(d.dtype).view(view)
-    reflected_noise = z - 2 * _row_dot(e, z).to(z.dtype).view(view) * e
-    reflected = (target_mean.float() + s * reflected_noise).to(draft.dtype)
-    sample = torch.where(accepted.view(view), draft, reflected)
-    return CouplingResult(accepted, sample, log_ratio, delta)
+__all__ = ["DELTA_EPS", "CouplingResult", "acceptance_probability", "first_rejections", "reflection_coupling"]
 
 
 def acceptance_probability(delta: torch.Tensor | float) -> torch.Tensor:
