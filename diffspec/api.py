@@ -14,6 +14,7 @@ from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .multimodal.action_config import RelaxedActionConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
 from .stats import SpecStats
 
@@ -67,7 +68,8 @@ _REGISTRY: dict[str, MethodInfo] = {
         _info(TextDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline", "VLM drafter without vision"),
         _planned("compressed-draft", "multimodal", True, "drafter on pooled visual tokens"),
         _planned("self-draft", "multimodal", True, "layer-skip / sparse-KV self drafting"),
-        _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
+        _info(RelaxedActionConfig, "diffspec.multimodal.action_pipeline:ActionPipeline",
+              "VLA action drafts (previous / Kalman) verified in one pass, bin-tolerance acceptance"),
         _planned("relaxed-codec", "multimodal", False, "relaxed acceptance for speech codec tokens"),
     )
 }
@@ -185,6 +187,10 @@ class SpeculativePipeline:
         # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
         drafter = info is not None and info.family == "multimodal" and "draft" in overrides
         extra = {"draft": overrides.pop("draft")} if drafter else {}
+        if info is not None and info.pipeline is not None:  # other objects an implementation takes (action_map=)
+            module, _, cls_name = info.pipeline.partition(":")
+            names = getattr(getattr(importlib.import_module(module), cls_name), "object_kwargs", ())
+            extra.update({k: overrides.pop(k) for k in names if k != "draft" and k in overrides})
         info, config = resolve_config(method, overrides)
         module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]
         impl = getattr(importlib.import_module(module), cls_name)

@@ -62,7 +62,10 @@ class ActionTokenMap:
     def __post_init__(self) -> None:
         check_int("n_bins", self.n_bins, 2, 65536)
         check_int("n_dof", self.n_dof, 1, 64)
-        check_int("vocab_size", self.vocab_size, self.n_bins)
+        check_int("vocab_size", self.vocab_size, 2)
+        if self.n_bins > self.vocab_size:
+            raise ValueError(f"n_bins={self.n_bins} is out of range for vocab_size={self.vocab_size}: the action "
+                             f"bins are the last n_bins ids, allowed [2, {self.vocab_size}]")
         low, high = _bounds("low", self.low, self.n_dof), _bounds("high", self.high, self.n_dof)
         bad = [j for j in range(self.n_dof) if not high[j] > low[j]]
         if bad:
