@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.set_defaults(func=cmd_merge)
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
-    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image)")
+    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, multimodal-action)")
     bench.add_argument("--model", default="tiny-dit",
                        help="tiny-dit (trained, CPU) or dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024 (GPU)")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")

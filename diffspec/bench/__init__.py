@@ -17,9 +17,10 @@ from typing import Any
 from .ar_image import run_ar_image
 from .dit_cache import run_dit_cache
 from .exact_diffusion import run_exact_diffusion
+from .vla import run_multimodal_action
 
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, "exact-diffusion": run_exact_diffusion,
-                                                    "ar-image": run_ar_image}
+                                                    "ar-image": run_ar_image, "multimodal-action": run_multimodal_action}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -40,4 +41,4 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
     return doc
 
 
-__all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion"]
+__all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion", "run_multimodal_action"]

@@ -19,6 +19,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         return _exact_table(doc)
     if doc.get("suite") == "ar-image":
         return _ar_table(doc)
+    if doc.get("suite") == "multimodal-action":
+        from .vla import action_table
+
+        return action_table(doc)
     rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:

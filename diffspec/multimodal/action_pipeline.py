@@ -139,10 +139,12 @@ class ActionPipeline(MultimodalPipeline):
             drafts = self._draft(inputs, B, gen)
             seqs = self.pipe.generate(**inputs, **gen, custom_generate=relaxed_action_generate, action_map=amap,
                                       drafts=drafts, tolerance=cfg.tolerance, spec_stats=self.stats)
-            self.stats.extra["passes_per_action"] = self.stats.target_calls
             self.stats.extra["error_bound"] = amap.tolerance_bound(cfg.tolerance)
-        else:
+        else:  # plain greedy: one forward per generated token
             seqs = self.pipe.generate(**inputs, **gen)
+            self.stats.target_calls = seqs.shape[1] - T0
+            self.stats.target_evals = B * self.stats.target_calls
+        self.stats.extra["passes_per_action"] = self.stats.target_calls
         pad = self.pipe.generation_config.pad_token_id
         tokens = torch.nn.functional.pad(seqs[:, T0:], (0, T0 + amap.n_dof - seqs.shape[1]), value=pad or 0)
         actions = amap.tokens_to_actions(tokens)
