@@ -13,6 +13,8 @@ Example:
 
 from typing import Any
 
+from .action_config import RelaxedActionConfig
+from .action_map import ActionTokenMap
 from .config import DraftConfig, TextDraftConfig
 
 
@@ -24,4 +26,4 @@ def __getattr__(name: str) -> Any:  # the loop imports transformers: load it on 
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DraftConfig", "TextDraftConfig", "speculative_generate"]
+__all__ = ["ActionTokenMap", "DraftConfig", "RelaxedActionConfig", "TextDraftConfig", "speculative_generate"]

@@ -111,7 +111,7 @@ def relaxed_action_generate(model: Any, input_ids: torch.Tensor, logits_processo
     done = torch.zeros(B, dtype=torch.long, device=dev)  # tokens decided per row
     finished = torch.zeros(B, dtype=torch.bool, device=dev)
     pos_all = torch.arange(n, device=dev)
-    relaxed = 0
+    counts = torch.zeros(3, dtype=torch.long, device=dev)  # proposed, accepted, relaxed (synced once at the end)
     while True:
         stats.target_calls += 1
         stats.target_evals += B
@@ -130,10 +130,8 @@ def relaxed_action_generate(model: Any, input_ids: torch.Tensor, logits_processo
         t_fix = t.gather(1, idx[:, None])[:, 0]
         cur[:, start:] = torch.where(fix[:, None] & (pos == run[:, None]), t, d)
         judged = (pos >= done[:, None]) & ~finished[:, None]
-        stats.proposed += int(judged.sum())
         acc = judged & (pos < run[:, None])
-        stats.accepted += int(acc.sum())
-        relaxed += int((acc & (d != t)).sum())
+        counts += torch.stack([judged.sum(), acc.sum(), (acc & (d != t)).sum()])
         # 3. EOS and bookkeeping, then roll the cache back to the accepted slots
         new_done = torch.where(finished, done, (run + 1).clamp(max=n))
         if eos is not None:
@@ -141,7 +139,7 @@ def relaxed_action_generate(model: Any, input_ids: torch.Tensor, logits_processo
         state.rollback(fed, (run.clamp(max=n - 1) - first_real).clamp(min=0))  # fed slots before ``run`` stay
         done = new_done
         finished = finished | (done >= n)
-        s = int(torch.where(finished, n, done - 1).min())  # the round's host sync
+        s = int(torch.where(finished, n, done - 1).min())  # the round's decision sync (rollback has the other)
         if s >= n - 1:
             break
         # 4. next pass: the emitted token plus the remaining drafts (holes before a row's first real slot)
@@ -149,7 +147,9 @@ def relaxed_action_generate(model: Any, input_ids: torch.Tensor, logits_processo
         valid = (pos_all[s:n - 1] >= first_real[:, None]).long()
         logits = state.forward(model, cur[:, s:n - 1], valid, logits_to_keep=n - 1 - s)
         start, fed = s + 1, n - 1 - s
-    spec = stats.extra
-    spec["relaxed_tokens"] = spec.get("relaxed_tokens", 0) + relaxed
+    proposed, accepted, relaxed = counts.tolist()
+    stats.proposed += proposed
+    stats.accepted += accepted
+    stats.extra["relaxed_tokens"] = stats.extra.get("relaxed_tokens", 0) + relaxed
     tokens = cur.masked_fill(finished[:, None] & (pos_all >= done[:, None]), pad_id)
     return torch.cat([input_ids, tokens], 1)
