@@ -49,7 +49,7 @@ class RelaxedActionConfig(MethodConfig):
     exact: ClassVar[bool] = False
 
     tolerance: int = 0
-    draft_source: str = "kalman"
+    draft_source: str = "previous"
     n_dof: int = 7
     n_bins: int = 256
     kalman_context: int = 10
