@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from diffspec import SpeculativePipeline
-from diffspec.models.tiny_vla import WEIGHTS, encode_observation, expert_action, load_tiny_vla, sample_episodes
+from diffspec.models.tiny_vla import (
+    WEIGHTS,
+    encode_observation,
+    expert_action,
+    load_tiny_vla,
+    sample_episodes,
+)
 
 
 @pytest.fixture(scope="module")
