@@ -14,6 +14,7 @@ from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .multimodal.action_config import RelaxedActionConfig
 from .multimodal.codec_config import RelaxedCodecConfig
 from .multimodal.compressed_config import CompressedDraftConfig
 from .multimodal.config import DraftConfig, TextDraftConfig
@@ -72,7 +73,8 @@ _REGISTRY: dict[str, MethodInfo] = {
               "smaller VLM drafter on pruned visual tokens (video: by target attention)"),
         _info(SelfDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
               "the target drafts for itself: sparse top-K visual KV and/or layer skip (STD)"),
-        _planned("relaxed-action", "multimodal", False, "relaxed acceptance for VLA action tokens"),
+        _info(RelaxedActionConfig, "diffspec.multimodal.action_pipeline:ActionPipeline",
+              "VLA action drafts (previous / Kalman) verified in one pass, bin-tolerance acceptance"),
         _info(RelaxedCodecConfig, "diffspec.multimodal.codec_pipeline:CodecPipeline",
               "codec LM (MusicGen) frame drafts, exact on codebook 0, beta tolerance on the others"),
     )
@@ -191,6 +193,10 @@ class SpeculativePipeline:
         # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
         drafter = info is not None and info.family == "multimodal" and "draft" in overrides
         extra = {"draft": overrides.pop("draft")} if drafter else {}
+        if info is not None and info.pipeline is not None:  # other objects an implementation takes (action_map=)
+            module, _, cls_name = info.pipeline.partition(":")
+            names = getattr(getattr(importlib.import_module(module), cls_name), "object_kwargs", ())
+            extra.update({k: overrides.pop(k) for k in names if k != "draft" and k in overrides})
         info, config = resolve_config(method, overrides)
         module, _, cls_name = info.pipeline.partition(":")  # type: ignore[union-attr]
         impl = getattr(importlib.import_module(module), cls_name)

@@ -17,6 +17,8 @@ MusicGen decoders through ``relaxed-codec`` (:mod:`~diffspec.multimodal.codec`).
 
 from typing import Any
 
+from .action_config import RelaxedActionConfig
+from .action_map import ActionTokenMap
 from .codec_config import RelaxedCodecConfig
 from .compressed_config import CompressedDraftConfig
 from .config import DraftConfig, TextDraftConfig
@@ -35,5 +37,5 @@ def __getattr__(name: str) -> Any:  # the loops import transformers: load them o
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CompressedDraftConfig", "DraftConfig", "RelaxedCodecConfig", "SelfDraftConfig", "TextDraftConfig",
-           "codec_generate", "speculative_generate"]
+__all__ = ["ActionTokenMap", "CompressedDraftConfig", "DraftConfig", "RelaxedActionConfig", "RelaxedCodecConfig",
+           "SelfDraftConfig", "TextDraftConfig", "codec_generate", "speculative_generate"]
