@@ -19,6 +19,7 @@ import torch
 from ..ar_image.drafter import EagleDrafter, FeatureDrafter
 from ..ar_image.lantern import lantern_sample
 from ..ar_image.lantern_config import LanternConfig
+from ..ar_image.lantern_tree import StaticTree, lantern_tree_sample
 from ..ar_image.neighbours import target_neighbours
 from ..ar_image.sampling import Generators
 from ..ar_image.target import ARImageTarget
@@ -67,6 +68,12 @@ class LanternPipeline(ARImagePipeline):
         return cls(target, config)
 
     def _sample(self, session: Any, config: Any, generator: Generators, bar: Any) -> torch.Tensor:
+        tree = tuple(getattr(config, "tree", ()))
+        if any(b > 1 for b in tree):
+            return lantern_tree_sample(session, self.pipe.num_tokens, self.head, self.neighbours, StaticTree(tree),
+                                       config.delta, config.lam, config.sampling, generator, self.stats, bar)
+        if tree:  # all ones: the chain (the tree engine gives the same tokens, tested)
+            config = config.replace(draft_length=len(tree))
         return lantern_sample(session, self.pipe.num_tokens, self.head, self.neighbours, config.draft_length,
                               config.delta, getattr(config, "lam", None), config.sampling, generator, self.stats,
                               bar)
