@@ -178,14 +178,16 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         tokens, quality_calls = {}, {}
         for i, arm in enumerate(arms):  # independent seeds per arm (the homogeneity test needs independence)
             seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples))
-            chunks, calls = [], 0
+            chunks, calls, per_image = [], 0, 0.0
             for c in progress(range(0, quality_samples, QUALITY_CHUNK), desc=f"quality {arm.name}",
                               disable=not show_progress):
                 chunks.append(arm.run(seeds[c: c + QUALITY_CHUNK]))
                 calls += stats_of[arm.name].stats.target_calls
+                per_image += stats_of[arm.name].stats.extra.get("tokens_per_call", 1.0) * len(chunks[-1])
             tokens[arm.name] = torch.cat(chunks).cpu()
             quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
-                                       "step_compression_per_chunk": round(n * len(chunks) / calls, 3)}
+                                       "step_compression_per_chunk": round(n * len(chunks) / calls, 3),
+                                       "step_compression_per_image": round(per_image / quality_samples, 3)}
         base = tokens["baseline"]
         same_n = min(quality_samples, SAME_SEED_SAMPLES)
         same_seeds = list(range(10_000, 10_000 + same_n))  # the baseline's first quality seeds
@@ -243,6 +245,8 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
             "differing tokens and PSNR of the images; exact arms give the floor (different use of the random "
             "stream). relaxed_tv: mean per-token TV budget spent by a relaxed acceptance test.",
             "model.token_entropy: the sampling law (after CFG and warpers) along baseline samples.",
+            "quality.step_compression_per_image: tokens / target calls of each image (the calls until its own "
+            "row finished), averaged over the quality set; step_compression_per_chunk: the chunk waits for its slowest row.",
             "tv_budget_mean (lantern, lantern++): neighbour mass moved per verified draft (lantern++ trees: per "
             "tested candidate).",
         ],
