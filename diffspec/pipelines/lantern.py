@@ -1,4 +1,4 @@
-"""``lantern`` / ``lantern++`` on LlamaGen-style AR image targets: drafter chains, relaxed acceptance.
+"""``lantern`` / ``lantern++`` on LlamaGen-style AR image targets: drafter chains or static trees, relaxed acceptance.
 
 Same call as the target and as ``sjd`` (:class:`~diffspec.pipelines.ar_image.ARImagePipeline`);
 the method is relaxed (``exact=False``): each token may move up to ``delta`` of total variation.
@@ -41,7 +41,8 @@ class LanternPipeline(ARImagePipeline):
 
     ``spec.stats``: ``target_calls`` (prefill = 1), ``draft_calls`` (drafter calls), ``accepted`` /
     ``proposed``, ``extra``: ``step_compression``, ``tokens_per_call``, ``tv_budget_mean`` (mean
-    neighbour mass moved per verified draft: the per-token TV spent).
+    neighbour mass moved per verified draft: the per-token TV spent); ``tree_nodes`` for static trees
+    (``lantern++`` with a ``tree`` that branches: :func:`~diffspec.ar_image.lantern_tree.lantern_tree_sample`).
 
     Args:
         pipe: a LlamaGen-style target (its sessions expose ``last_hidden``; it has a codebook).
