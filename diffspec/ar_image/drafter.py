@@ -103,6 +103,16 @@ class FeatureDrafter:
         mask = (keys[None, None, :] <= positions[..., None])[:, None]
         return self.drafter(embeds, feats, rope, mask=mask, cache=cache[0], write_slots=positions)
 
+    def features_at(self, tokens: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                    mask: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Pairs at image ``positions`` ``(R, T)`` written to cache ``slots`` ``(R, T)``, attending under
+        ``mask`` ``(R, T, cache slots)`` bool: tree drafting (siblings share a position, not a slot)."""
+        cfg = self.model.config
+        last = cfg.cls_token_num + cfg.block_size - 1
+        rope = self.model.rope(tokens.device)[(cfg.cls_token_num + positions).clamp(max=last)]
+        return self.drafter(self.model.tok_embeddings(tokens), feats, rope, mask=mask[:, None], cache=cache[0],
+                            write_slots=slots)
+
     def new_cache(self, rows: int, slots: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """An empty static KV cache of the drafter's block for ``rows`` rows and ``slots`` image positions."""
         cfg, param = self.drafter.config, self.drafter.fc.weight

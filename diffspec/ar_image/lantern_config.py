@@ -51,23 +51,43 @@ class LanternConfig(ARSamplingConfig):
 
 @dataclass(frozen=True)
 class LanternPPConfig(LanternConfig):
-    """LANTERN++'s multiplicative cap on chain drafts (method ``lantern++``), not exact.
+    """LANTERN++ (method ``lantern++``): static-tree drafts, multiplicative cap, not exact.
 
     The neighbour mass added to ``p(x)`` is capped at ``(lam - 1) p(x)`` (and at ``delta``), so a
-    draft's relaxed probability is at most ``lam`` times its own. LANTERN++ pairs this with static
-    tree drafting; diffspec drafts a chain (no tree attention yet).
+    draft's relaxed probability is at most ``lam`` times its own. Drafts form a static tree
+    (:mod:`~diffspec.ar_image.lantern_tree`) verified in one target call; the walk follows the
+    first accepted child at each depth.
 
     Args:
+        tree: per-depth branching factors (``(4, 2, 2, 1, 1)``: 60 nodes, depth 5); ``()`` drafts a
+            chain of ``draft_length`` (all ones is the same chain, draw for draw). When set, its
+            length is the draft depth and ``draft_length`` is not used.
         lam: multiplicative cap, ``>= 1`` (1 = exact).
         delta: additive cap as in :class:`LanternConfig` (1 = none).
         draft_length, k, drafter, temperature, top_k, top_p: see :class:`LanternConfig`.
+
+    Example:
+        >>> LanternPPConfig(tree=[3, 2, 1]).tree
+        (3, 2, 1)
     """
 
     method: ClassVar[str] = "lantern++"
 
     delta: float = 1.0
     lam: float = 2.0  # type: ignore[misc]
+    tree: tuple[int, ...] = (4, 2, 2, 1, 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_float("lam", self.lam, 1.0, 1000.0)
+        if not isinstance(self.tree, (tuple, list)) or len(self.tree) > 32:
+            raise ValueError(f"tree={self.tree!r} must be a tuple of at most 32 branching factors (() = chain)")
+        for b in self.tree:
+            check_int("tree[i]", b, 1, 64)
+        object.__setattr__(self, "tree", tuple(self.tree))
+        nodes, level = 0, 1
+        for b in self.tree:
+            level *= b
+            nodes += level
+        if nodes > 1024:
+            raise ValueError(f"tree={self.tree!r} has {nodes} nodes; allowed at most 1024 (one target call verifies all)")

@@ -97,6 +97,72 @@ class LlamaGenSession(ARSession):
                                                          write_slots=write, return_hidden=True)
         return mix_cfg(logits, self.batch_size, self.guidance_scale)
 
+    def _scratch(self, nodes: int) -> int:
+        """First scratch slot (after the spill slot); grows every cache to hold ``nodes`` scratch slots."""
+        extra = self.slots + 1 + nodes - self.caches[0][0].shape[2]
+        if extra > 0:  # once per session: tree nodes live past the spill slot until committed
+            grow = [k.new_zeros(k.shape[0], k.shape[1], extra, k.shape[3]) for k, _ in self.caches]
+            self.caches = [(torch.cat([k, g], 2), torch.cat([v, g.clone()], 2)) for (k, v), g in zip(self.caches, grow)]
+            self.key_ok = torch.cat([self.key_ok, self.key_ok.new_zeros(self.key_ok.shape[0], extra)], 1)
+            self.slot_index = torch.arange(self.key_ok.shape[1], device=self.slot_index.device)
+        return self.slots + 1
+
+    def step_tree(self, last: torch.Tensor, start: torch.Tensor, nodes: torch.Tensor, depth: torch.Tensor,
+                  ancestors: torch.Tensor) -> torch.Tensor:
+        """Verify a token tree in one model call (LANTERN++ static trees).
+
+        ``last`` ``(B,)`` is fed as image token ``start[b]`` (its real slot); tree node ``j``
+        (``nodes[:, j]``) as image token ``start + depth[j]`` in scratch slot ``j``: it attends to
+        the real slots up to ``start`` and to the scratch slots of its ``ancestors[j]`` (self
+        included), never to its siblings. :meth:`commit_tree` moves an accepted path into place.
+
+        Args:
+            last: ``(B,)`` last committed tokens.
+            start: ``(B,)`` their image positions.
+            nodes: ``(B, M)`` tree tokens.
+            depth: ``(M,)`` node depths, ``>= 1``.
+            ancestors: ``(M, M)`` bool, ``ancestors[j, i]``: node ``i`` is ``j`` or one of its ancestors.
+
+        Returns:
+            ``(B, 1 + M, V)`` mixed logits: row 0 predicts image token ``start + 1``, row ``1 + j``
+            the child position of node ``j``. ``last_hidden`` holds the matching hidden states.
+        """
+        device, m = self.slot_index.device, nodes.shape[1]
+        base = self._scratch(m)
+        b2 = self.cfg_branches
+        tokens = torch.cat([last.to(device)[:, None], nodes.to(device)], 1).repeat(b2, 1)
+        first = self.cls + start.to(device).repeat(b2)  # (rows,) real slot of `last`
+        pos = first[:, None] + torch.cat([depth.new_zeros(1), depth]).to(device)  # rope positions
+        write = torch.cat([first[:, None], base + torch.arange(m, device=device).expand(first.shape[0], -1)], 1)
+        keys = self.slot_index[None, None, :]
+        real = (keys <= first[:, None, None]) & self.key_ok[:, None, :]  # (rows, 1, S): prefix up to `last`
+        tree = torch.zeros(1 + m, keys.shape[-1], dtype=torch.bool, device=device)
+        tree[1:, base: base + m] = ancestors.to(device)
+        mask = real | tree[None]
+        last_q = self.slots - 1
+        rope = self.model.rope(device)[pos.clamp(max=last_q)]
+        with torch.no_grad():
+            h = self.model.tok_embeddings(tokens)
+            logits, self.last_hidden = self.model.run_layers(h, rope, mask=mask[:, None], caches=self.caches,
+                                                             write_slots=write, return_hidden=True)
+        return mix_cfg(logits, self.batch_size, self.guidance_scale)
+
+    def commit_tree(self, start: torch.Tensor, path: torch.Tensor) -> None:
+        """Copy the keys/values of tree nodes ``path`` ``(B, D)`` (from the last :meth:`step_tree`) to
+        the real slots of image tokens ``start + 1 .. start + D`` (past the image end: the spill slot)."""
+        device = self.slot_index.device
+        rows = path.shape[0] * self.cfg_branches
+        src = (self.slots + 1 + path.to(device)).repeat(self.cfg_branches, 1)
+        dst = self.cls + start.to(device).repeat(self.cfg_branches)[:, None] + 1 + torch.arange(path.shape[1],
+                                                                                                device=device)
+        dst = torch.where(dst >= self.slots, self.slots, dst)
+        for k_cache, v_cache in self.caches:  # one gather/scatter per layer and tensor
+            heads, dim = k_cache.shape[1], k_cache.shape[3]
+            s = src[:, None, :, None].expand(rows, heads, -1, dim)
+            d = dst[:, None, :, None].expand(rows, heads, -1, dim)
+            k_cache.scatter_(2, d, k_cache.gather(2, s))
+            v_cache.scatter_(2, d, v_cache.gather(2, s))
+
     def step(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """Feed ``tokens`` ``(B, T)`` as image tokens ``start[b] + i``; one model call (see protocol).
 

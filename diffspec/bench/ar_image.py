@@ -5,7 +5,8 @@ classifier-free guidance, the same sampling settings in every arm. Arms: ``basel
 decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L64`` (SJD at the
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
 ``mc-sjd-gumbel``, and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
-and ``lantern`` / ``lantern++`` (the target's shipped drafter), each ``"exact": false`` with its
+and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
+its default static tree, ``lantern++-chain`` a chain of 4), each ``"exact": false`` with its
 same-seed difference from the baseline and its per-token TV budget. Reported per arm: target calls per image and step compression (tokens per
 call) at the timed batch and over the quality set, wall-clock (interleaved, warmed up), and
 quality: reference FID and class accuracy of the decoded images, and for exact arms a
@@ -40,6 +41,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-G25": {"method": "gsd", "group_size": 25},
     "gsd-G50": {"method": "gsd", "group_size": 50},
     "lantern": {"method": "lantern"},
+    "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},
 }
 QUALITY_CHUNK = 250
@@ -94,12 +96,10 @@ def _entropy(target: Any, tokens: torch.Tensor, labels: torch.Tensor, guidance: 
 
     session = target.start(class_labels=labels, guidance_scale=guidance)
     logits = torch.cat([session.first_logits[:, None], session.step(tokens[:, :-1], torch.zeros_like(labels))], 1)
-    p = warp(logits, **sampling).clamp_min(0)
-    logp = p.clamp_min(1e-30).log()
-    entropy, top1 = -(p * logp).sum(-1).flatten().double(), p.amax(-1).flatten().double()
-    return {"mean_entropy_nats": round(float(entropy.mean()), 4), "median_top1_prob": round(float(top1.median()), 4),
-            "frac_top1_gt_0_9": round(float((top1 > 0.9).double().mean()), 4),
-            "frac_top1_lt_0_05": round(float((top1 < 0.05).double().mean()), 4)}
+    from ..ar_image.token_stats import entropy_summary
+
+    summary = entropy_summary(warp(logits, **sampling).log())  # -inf where a warper removed a token
+    return {k: v if isinstance(v, int) else round(v, 4) for k, v in summary.items()}
 
 
 def _config_fields(method: str) -> set[str]:
@@ -178,14 +178,16 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         tokens, quality_calls = {}, {}
         for i, arm in enumerate(arms):  # independent seeds per arm (the homogeneity test needs independence)
             seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples))
-            chunks, calls = [], 0
+            chunks, calls, per_image = [], 0, 0.0
             for c in progress(range(0, quality_samples, QUALITY_CHUNK), desc=f"quality {arm.name}",
                               disable=not show_progress):
                 chunks.append(arm.run(seeds[c: c + QUALITY_CHUNK]))
                 calls += stats_of[arm.name].stats.target_calls
+                per_image += stats_of[arm.name].stats.extra.get("tokens_per_call", 1.0) * len(chunks[-1])
             tokens[arm.name] = torch.cat(chunks).cpu()
             quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
-                                       "step_compression_per_chunk": round(n * len(chunks) / calls, 3)}
+                                       "step_compression_per_chunk": round(n * len(chunks) / calls, 3),
+                                       "step_compression_per_image": round(per_image / quality_samples, 3)}
         base = tokens["baseline"]
         same_n = min(quality_samples, SAME_SEED_SAMPLES)
         same_seeds = list(range(10_000, 10_000 + same_n))  # the baseline's first quality seeds
@@ -243,6 +245,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
             "differing tokens and PSNR of the images; exact arms give the floor (different use of the random "
             "stream). relaxed_tv: mean per-token TV budget spent by a relaxed acceptance test.",
             "model.token_entropy: the sampling law (after CFG and warpers) along baseline samples.",
-            "tv_budget_mean (lantern): neighbour mass moved per verified draft.",
+            "quality.step_compression_per_image: tokens / target calls of each image (the calls until its own "
+            "row finished), averaged over the quality set; step_compression_per_chunk: the chunk waits for its slowest row.",
+            "tv_budget_mean (lantern, lantern++): neighbour mass moved per verified draft (lantern++ trees: per "
+            "tested candidate).",
         ],
     }

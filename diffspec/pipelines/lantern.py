@@ -1,4 +1,4 @@
-"""``lantern`` / ``lantern++`` on LlamaGen-style AR image targets: drafter chains, relaxed acceptance.
+"""``lantern`` / ``lantern++`` on LlamaGen-style AR image targets: drafter chains or static trees, relaxed acceptance.
 
 Same call as the target and as ``sjd`` (:class:`~diffspec.pipelines.ar_image.ARImagePipeline`);
 the method is relaxed (``exact=False``): each token may move up to ``delta`` of total variation.
@@ -19,6 +19,7 @@ import torch
 from ..ar_image.drafter import EagleDrafter, FeatureDrafter
 from ..ar_image.lantern import lantern_sample
 from ..ar_image.lantern_config import LanternConfig
+from ..ar_image.lantern_tree import StaticTree, lantern_tree_sample
 from ..ar_image.neighbours import target_neighbours
 from ..ar_image.sampling import Generators
 from ..ar_image.target import ARImageTarget
@@ -40,7 +41,8 @@ class LanternPipeline(ARImagePipeline):
 
     ``spec.stats``: ``target_calls`` (prefill = 1), ``draft_calls`` (drafter calls), ``accepted`` /
     ``proposed``, ``extra``: ``step_compression``, ``tokens_per_call``, ``tv_budget_mean`` (mean
-    neighbour mass moved per verified draft: the per-token TV spent).
+    neighbour mass moved per verified draft: the per-token TV spent); ``tree_nodes`` for static trees
+    (``lantern++`` with a ``tree`` that branches: :func:`~diffspec.ar_image.lantern_tree.lantern_tree_sample`).
 
     Args:
         pipe: a LlamaGen-style target (its sessions expose ``last_hidden``; it has a codebook).
@@ -67,6 +69,12 @@ class LanternPipeline(ARImagePipeline):
         return cls(target, config)
 
     def _sample(self, session: Any, config: Any, generator: Generators, bar: Any) -> torch.Tensor:
+        tree = tuple(getattr(config, "tree", ()))
+        if any(b > 1 for b in tree):
+            return lantern_tree_sample(session, self.pipe.num_tokens, self.head, self.neighbours, StaticTree(tree),
+                                       config.delta, config.lam, config.sampling, generator, self.stats, bar)
+        if tree:  # all ones: the chain (the tree engine gives the same tokens, tested)
+            config = config.replace(draft_length=len(tree))
         return lantern_sample(session, self.pipe.num_tokens, self.head, self.neighbours, config.draft_length,
                               config.delta, getattr(config, "lam", None), config.sampling, generator, self.stats,
                               bar)
