@@ -47,7 +47,9 @@ SPECA_RUNS = ((4, 2), (5, 3), (5, 2), (6, 4), (6, 3), (8, 6), (8, 5))
 
 SPECA_TAU_SCALES = ((3.0, None), (10.0, 1.0), (30.0, 1.0))
 """``speca``'s thresholds searched: ``(s, beta)`` scales ``tau0`` and ``tau_min`` by ``s``; ``beta`` None keeps the
-calibrated one. Calibration targets one quality at one schedule; the budgets need looser thresholds."""
+calibrated one. Calibration targets one quality at one schedule; the budgets need looser thresholds.
+``abscissa`` is not searched (nor for ``taylor``): the Newton forecast does not change under an affine map of the
+abscissa, so on evenly spaced timesteps (the ``tiny-dit``'s DDIM schedule) ``"index"`` and ``"sigma"`` agree."""
 
 ATTENTION_FF_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.(attn\d*|ff)$"]
 """diffusers TaylorSeer ``cache_identifiers`` forecasting the feed-forward too (its default caches
