@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..config import ForecastConfig, SpecaConfig
+from ..config import FALLBACK_TAU, ForecastConfig, SpecaConfig
 from ..progress import progress
 from .cache_dit_peer import CACHE_DIT_PEERS
 from .peers import calibrate_magcache, taylorseer_identifiers
@@ -40,6 +40,16 @@ CALIBRATION_SEED0 = 100_000
 EQUAL_METHODS = ("taylor", "speca", "diffusers-taylorseer", "diffusers-fbc", "diffusers-magcache",
                  *CACHE_DIT_PEERS, "fewer-steps")
 """The arms of the equal-budget mode (diffusers' TaylorSeer has one arm: its knobs are searched)."""
+
+SPECA_RUNS = ((4, 2), (5, 3), (5, 2), (6, 4), (6, 3), (8, 6), (8, 5))
+"""``speca``'s ``(k_max, k_min)`` pairs searched: one or two checked drafts before the forced full step
+(each check runs the last block, ``1 / num_blocks`` of a call, so more checks rarely pay at small budgets)."""
+
+SPECA_TAU_SCALES = ((3.0, None), (10.0, 1.0), (30.0, 1.0))
+"""``speca``'s thresholds searched: ``(s, beta)`` scales ``tau0`` and ``tau_min`` by ``s``; ``beta`` None keeps the
+calibrated one. Calibration targets one quality at one schedule; the budgets need looser thresholds.
+``abscissa`` is not searched (nor for ``taylor``): the Newton forecast does not change under an affine map of the
+abscissa, so on evenly spaced timesteps (the ``tiny-dit``'s DDIM schedule) ``"index"`` and ``"sigma"`` agree."""
 
 ATTENTION_FF_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.(attn\d*|ff)$"]
 """diffusers TaylorSeer ``cache_identifiers`` forecasting the feed-forward too (its default caches
@@ -60,10 +70,14 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
         return [{"granularity": g, "order": o, "interval": i, "warmup": w}
                 for g, o, i, w in itertools.product(("block", "module"), (1, 2), (3, 4, 5, 6), (2, 3))]
     if method == "speca":
-        t = speca_thresholds or {}
-        return [{"order": o, "k_max": k, "tau0": round(t.get("tau0", 0.1) * s, 8), "beta": t.get("beta", 0.3),
-                 "tau_min": t.get("tau_min", 0.02) * s}
-                for o, k, s in itertools.product((1, 2), (4, 5, 6, 8), (1.0, 3.0, 10.0))]
+        t = {**FALLBACK_TAU, **(speca_thresholds or {})}
+        taus = [{"tau0": round(t["tau0"] * s, 8), "beta": t["beta"] if b is None else b, "tau_min": t["tau_min"] * s}
+                for s, b in SPECA_TAU_SCALES]
+        block = [{"granularity": "block", "warmup": w, "order": o, "k_max": k, "k_min": m, **tau}
+                 for w, o, (k, m), tau in itertools.product((2, 3), (1, 2), SPECA_RUNS, taus)]
+        module = [{"granularity": "module", "warmup": 2, "order": 2, "k_max": k, "k_min": m, **tau}
+                  for (k, m), tau in itertools.product(SPECA_RUNS, taus)]
+        return block + module
     if method == "diffusers-taylorseer":
         return [{"cache": c, "cache_interval": i, "max_order": o, "disable_cache_before_step": w}
                 for c, i, o, w in itertools.product(("attention", "attention+ff"), (3, 4, 5, 6), (1, 2), (2, 3))]

@@ -4,7 +4,8 @@
 every draft while logging the verifier's errors, which sets the range of ``tau0`` to search.
 Every ``(tau0, beta)`` of the grid is then run for real on the calibration seeds, and the one
 with the fewest full steps whose mean PSNR against the full-compute output reaches the target
-is kept (ties: higher PSNR). Full steps count per batch row (``SpecStats.target_evals``: rows
+is kept (ties: higher PSNR). Settings whose verifier rejected every check are never kept while
+another exists (:func:`all_rejected`): they are a fixed interval plus the verifier's wasted cost. Full steps count per batch row (``SpecStats.target_evals``: rows
 decide on their own and only the rows that need it are recomputed), plus the verifier's blocks in
 full-step equivalents. Searching with real runs, rather than fitting a curve to shadow
 errors, guarantees the target on the calibration set: the errors depend on the schedule chosen.
@@ -71,14 +72,30 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
         images, stats = generate(cfg)
         grid.append({"tau0": tau0, "beta": beta, "psnr": psnr(images, reference, data_range),
                      "full_steps": round(stats.target_evals + stats.extra.get("verifier_evals", 0.0), 3)
-                     if stats else None})
-    ok = [g for g in grid if g["psnr"] >= target_psnr]
-    best = min(ok, key=lambda g: (g["full_steps"], -g["psnr"])) if ok else max(grid, key=lambda g: g["psnr"])
+                     if stats else None, "all_rejected": all_rejected(stats)})
+    useful = [g for g in grid if not g["all_rejected"]] or grid
+    ok = [g for g in useful if g["psnr"] >= target_psnr]
+    best = min(ok, key=lambda g: (g["full_steps"], -g["psnr"])) if ok else max(useful, key=lambda g: g["psnr"])
     return {"method": "speca", "tau0": best["tau0"], "beta": best["beta"], "tau_min": 0.0,
             "target_psnr": target_psnr, "reached": bool(ok), "psnr": best["psnr"],
             "full_steps": best["full_steps"],  # per sample, verifier included
             "base": {k: v for k, v in base.to_dict().items() if k not in ("tau0", "beta", "tau_min")},
             "probe_errors": [min(errors), max(errors)], "grid": grid}
+
+
+def all_rejected(stats: SpecStats | None) -> bool:
+    """Whether a run's verifier rejected every draft it checked.
+
+    Such thresholds only add the verifier's cost: the schedule is a fixed interval of ``k_min + 1``
+    with a wasted last-block run per interval, which the same interval without checks (``taylor``)
+    beats at the same quality. Calibration never keeps them while any other setting exists.
+
+    Example:
+        >>> all_rejected(SpecStats(extra={"checks": 4, "rejections": 4}))
+        True
+    """
+    checks = stats.extra.get("checks", 0) if stats is not None else 0
+    return bool(checks) and stats.extra.get("rejections", 0) >= checks  # type: ignore[union-attr]
 
 
 def save_calibration(record: dict[str, Any], folder: str | Path) -> Path:

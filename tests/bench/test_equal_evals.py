@@ -4,6 +4,8 @@ import pytest
 
 from diffspec.bench import equal_evals, run_bench
 from diffspec.bench.equal_evals import CALIBRATION_SEED0, EQUAL_METHODS, candidate_grid, select
+from diffspec.config import SpecaConfig
+from diffspec.forecast.gate import Schedule
 
 
 def test_select_keeps_the_best_calibration_psnr_within_the_budget():
@@ -22,9 +24,23 @@ def test_grids_cover_every_method_and_the_budgets():
         assert candidate_grid(method, [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.0})
     assert {c["num_inference_steps"] for c in candidate_grid("fewer-steps", [13.0, 20.0])} == {11, 12, 13, 18, 19, 20}
     speca = candidate_grid("speca", [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.001})
-    assert {c["tau0"] for c in speca} == {0.01, 0.03, 0.1}  # scaled from the calibrated value
+    assert {c["tau0"] for c in speca} == {0.03, 0.1, 0.3}  # scaled from the calibrated value
+    assert {c["granularity"] for c in speca} == {"block", "module"} and {c["warmup"] for c in speca} == {2, 3}
+    assert all(c["k_max"] - 3 <= c["k_min"] <= c["k_max"] - 2 for c in speca)  # one or two checks per interval
+    assert {c["beta"] for c in speca} == {0.1, 1.0}
     with pytest.raises(ValueError, match="unknown method"):
         candidate_grid("nope", [13.0])
+
+
+def test_speca_grid_reaches_small_budgets():
+    """Some ``speca`` setting plans at most 11 evaluations of a 5-block model over 50 steps, counting a
+    last-block check per checked draft (the committed search once bottomed out at 15)."""
+    def planned(knobs):
+        cfg = SpecaConfig(**knobs)
+        full = Schedule.of(cfg).without_rejections(50).count(True)
+        return full + (full - cfg.warmup) * (cfg.k_max - 1 - cfg.k_min) / 5
+
+    assert min(planned(c) for c in candidate_grid("speca", [13.0])) <= 11.0
 
 
 def _small_grid(monkeypatch):
