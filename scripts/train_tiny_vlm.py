@@ -133,6 +133,9 @@ def main() -> None:
             models = dict(zip(("target", "processor", "drafter", "text-drafter"), load_tiny_vlm(args.out)))
             processor = models.pop("processor")
             tok = processor.tokenizer
+        # retraining the target alone keeps the saved (frozen) vision tower, so the saved VLM drafter,
+        # trained on that tower, still reads the same image features
+        tower = models["target"].model.vision_tower.state_dict() if "target" in models else None
         for seed, role in enumerate(ROLES, start=1):
             if role not in only:
                 continue
@@ -143,6 +146,8 @@ def main() -> None:
                     torch.nn.init.zeros_(param)  # starts as a shallow one and learns to read the image fast
             if role == "drafter":  # the target's vision tower: the drafter learns projector + decoder
                 model.model.vision_tower.load_state_dict(models["target"].model.vision_tower.state_dict())
+            if role == "target" and tower is not None:
+                model.model.vision_tower.load_state_dict(tower)
             if role != "text-drafter":  # a frozen (random) vision encoder, as LLaVA freezes its CLIP: a
                 model.model.vision_tower.requires_grad_(False)  # trainable one collapsed before the decoder read it
             record[role] = {"params": sum(p.numel() for p in model.parameters()),

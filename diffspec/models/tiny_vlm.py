@@ -37,7 +37,7 @@ MAX_CAPTION_TOKENS = 32
 
 ROLES = ("target", "drafter", "text-drafter")
 SIZES: dict[str, dict[str, int]] = {  # text decoder sizes per role
-    "target": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 8, "num_attention_heads": 4,
+    "target": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 16, "num_attention_heads": 4,
                "num_key_value_heads": 2},
     "drafter": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4,
                 "num_key_value_heads": 2},
