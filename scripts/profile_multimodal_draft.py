@@ -1,10 +1,12 @@
 """Where a `draft` caption's time goes on the trained tiny-vlm pair, against plain `generate` (CPU).
 
 Forward hooks time every target / drafter forward and the drafter's preparation per caption;
-the rest of the wall clock is generate's setup and the loop's own tensor work. Writes a JSON
-(default ``benchmarks/results/multimodal-tiny-vlm-cpu-profile.json``).
+the rest of the wall clock is generate's setup and the loop's own tensor work. The two arms run
+interleaved (``repeats`` passes over the captions, each pass times both arms); every figure is
+the median over the passes. Writes a JSON (default
+``benchmarks/results/multimodal-tiny-vlm-cpu-profile.json``).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/profile_multimodal_draft.py [OUT.json] [k]
+    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/profile_multimodal_draft.py [OUT.json] [k] [repeats]
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import collections
 import datetime
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,21 +59,31 @@ def main() -> None:
         acc["prepare_drafter_ms (incl. its prefill forward)"] += time.perf_counter() - t0
         return result
     loop.prepare_drafter = timed_prepare
+    repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     record = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine_info("cpu"), "captions": N, "num_draft_tokens": k, "unit": "per caption"}
+              "machine": machine_info("cpu"), "captions": N, "num_draft_tokens": k, "repeats": repeats,
+              "unit": "per caption, median over interleaved repeats"}
     gen = {"max_new_tokens": MAX_CAPTION_TOKENS, "do_sample": False}
+    arms = {"draft": lambda c: spec(**c, **gen), "plain generate": lambda c: target.generate(**c, **gen)}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     with torch.inference_mode():
-        for name, run in (("draft", lambda c: spec(**c, **gen)), ("plain generate", lambda c: target.generate(**c, **gen))):
-            for c in chunks:  # warmup
-                run(c)
-            acc.clear()
-            t0 = time.perf_counter()
+        for run in arms.values():  # warmup
             for c in chunks:
                 run(c)
-            total = time.perf_counter() - t0
-            row = {key: round(v / N * (1e3 if key.endswith("_ms") or "_ms " in key else 1), 3) for key, v in acc.items()}
-            row["total_ms"] = round(total / N * 1e3, 3)
-            record[name] = row
+        for _ in range(repeats):
+            for name, run in arms.items():
+                acc.clear()
+                t0 = time.perf_counter()
+                for c in chunks:
+                    run(c)
+                total = time.perf_counter() - t0
+                row = {key: v / N * (1e3 if key.endswith("_ms") or "_ms " in key else 1) for key, v in acc.items()}
+                row["total_ms"] = total / N * 1e3
+                rows[name].append(row)
+    for name, runs in rows.items():
+        record[name] = {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
+    record["plain_over_draft_total"] = round(statistics.median(
+        p["total_ms"] / d["total_ms"] for p, d in zip(rows["plain generate"], rows["draft"])), 3)
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))
 

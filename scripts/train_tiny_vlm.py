@@ -12,6 +12,7 @@ Writes ``diffspec/weights/tiny-vlm`` (fp16) and the record ``scripts/runs/tiny_v
 
     python scripts/train_tiny_vlm.py --threads 1                  # target 1200, drafter 2000, text drafter 300 steps
     python scripts/train_tiny_vlm.py --only drafter --steps 0,2000,0   # retrain one role on the saved target
+    python scripts/train_tiny_vlm.py --only target --grow --steps 300,0,0 --lr 5e-4,3e-3,3e-3  # deepen the target
     python scripts/train_tiny_vlm.py --eval-only
 """
 
@@ -62,6 +63,23 @@ def batch_tensors(tok, captions: list[str], text_only: bool) -> tuple[torch.Tens
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, : len(head)] = -100
     return ids, mask, labels
+
+
+def grow_from(model, old) -> None:
+    """Start ``model`` (a deeper target) from the trained ``old`` one, as the same function: every
+    weight is copied, ``old``'s decoder layer ``i`` becomes layer ``stride * i`` and the layers in
+    between keep zero output projections (``o_proj``, ``down_proj``: identities on the residual)."""
+    n_old = old.config.text_config.num_hidden_layers
+    n_new = model.config.text_config.num_hidden_layers
+    if n_new % n_old:
+        raise ValueError(f"--grow needs a multiple of the saved target's {n_old} layers, got {n_new}")
+    stride, state = n_new // n_old, model.state_dict()
+    for key, value in old.state_dict().items():
+        head, sep, tail = key.partition(".layers.")
+        if sep and "language_model" in head:
+            index, rest = tail.split(".", 1)
+            key = f"{head}.layers.{int(index) * stride}.{rest}"
+        state[key].copy_(value)
 
 
 def train_role(role: str, model, tok, steps: int, lr: float, batch: int, seed: int, minutes: float) -> dict:
@@ -117,6 +135,8 @@ def main() -> None:
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--only", default=None, help="retrain these roles only (comma list); the others are loaded "
                     "from --out (e.g. --only drafter --steps 0,2000,0 after a target run)")
+    ap.add_argument("--grow", action="store_true", help="with --only target: start the (deeper) target from the "
+                    "saved one (grow_from) instead of from scratch")
     ap.add_argument("--eval-scenes", type=int, default=256)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -133,6 +153,9 @@ def main() -> None:
             models = dict(zip(("target", "processor", "drafter", "text-drafter"), load_tiny_vlm(args.out)))
             processor = models.pop("processor")
             tok = processor.tokenizer
+        # retraining the target alone keeps the saved (frozen) vision tower, so the saved VLM drafter,
+        # trained on that tower, still reads the same image features
+        tower = models["target"].model.vision_tower.state_dict() if "target" in models else None
         for seed, role in enumerate(ROLES, start=1):
             if role not in only:
                 continue
@@ -143,13 +166,21 @@ def main() -> None:
                     torch.nn.init.zeros_(param)  # starts as a shallow one and learns to read the image fast
             if role == "drafter":  # the target's vision tower: the drafter learns projector + decoder
                 model.model.vision_tower.load_state_dict(models["target"].model.vision_tower.state_dict())
+            if role == "target" and tower is not None:
+                model.model.vision_tower.load_state_dict(tower)
+                if args.grow:
+                    grow_from(model, models["target"])
+                    model.model.vision_tower.requires_grad_(False)
             if role != "text-drafter":  # a frozen (random) vision encoder, as LLaVA freezes its CLIP: a
                 model.model.vision_tower.requires_grad_(False)  # trainable one collapsed before the decoder read it
+            previous = record.get(role) if role == "target" and args.grow else None
             record[role] = {"params": sum(p.numel() for p in model.parameters()),
                             "text_config": {k: v for k, v in (model.config.get_text_config().to_dict()).items()
                                             if k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                      "num_attention_heads", "num_key_value_heads", "vocab_size")},
                             **train_role(role, model, tok, steps[role], lrs[role], args.batch_size, seed, args.max_minutes)}
+            if previous:
+                record[role]["grown_from"] = {k: previous.get(k) for k in ("params", "text_config", "steps", "wall_s", "lr")}
             models[role] = model
         save_tiny_vlm(args.out, models["target"], models["drafter"], models["text-drafter"], processor)
     record["machine"] = {"device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",

@@ -3,7 +3,7 @@ with its two drafters (a 1-layer VLM drafter and a 1-layer text-only Llama), all
 
 Everything is a plain transformers object built from configs (no hub): the target is a
 ``LlavaForConditionalGeneration`` (2-layer CLIP tower on 32x32 images, patch 8: 16 visual
-tokens; 8-layer Llama, hidden 128), the VLM drafter shares the target's vision tower weights
+tokens; 16-layer Llama, hidden 128), the VLM drafter shares the target's vision tower weights
 (1-layer Llama, hidden 128), the text drafter is a ``LlamaForCausalLM`` (1 layer, hidden 128).
 The processor is a ``LlavaProcessor`` over a word-level ``PreTrainedTokenizerFast`` (built with
 ``tokenizers``) and a CLIP image processor built from its config. Weights ship in
@@ -37,7 +37,7 @@ MAX_CAPTION_TOKENS = 32
 
 ROLES = ("target", "drafter", "text-drafter")
 SIZES: dict[str, dict[str, int]] = {  # text decoder sizes per role
-    "target": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 8, "num_attention_heads": 4,
+    "target": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 16, "num_attention_heads": 4,
                "num_key_value_heads": 2},
     "drafter": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4,
                 "num_key_value_heads": 2},
@@ -152,7 +152,7 @@ def load_tiny_vlm(folder: str | Path | None = None, *, device: Any = None,
     Example:
         >>> model, processor, drafter, text_drafter = load_tiny_vlm()
         >>> type(model).__name__, model.config.text_config.num_hidden_layers, drafter.config.text_config.num_hidden_layers
-        ('LlavaForConditionalGeneration', 8, 1)
+        ('LlavaForConditionalGeneration', 16, 1)
     """
     from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor
 

@@ -11,13 +11,12 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from .prune import PrunePrefill, compact_index, decoder_of
-from .slots import SlotState
+from .slots import SlotState, forward_params
 
 GENERATION_INTERNAL = frozenset({
     "attention_mask", "position_ids", "past_key_values", "use_cache", "cache_position", "logits_to_keep",
@@ -32,7 +31,7 @@ MULTIMODAL_TOKEN_ATTRS = ("image_token_id", "image_token_index", "video_token_id
 
 def accepts_pixels(model: Any) -> bool:
     """Whether ``model.forward`` takes visual inputs (``pixel_values``)."""
-    return "pixel_values" in inspect.signature(model.forward).parameters
+    return "pixel_values" in forward_params(model)
 
 
 def multimodal_token_ids(config: Any, attrs: tuple[str, ...] = MULTIMODAL_TOKEN_ATTRS) -> list[int]:

@@ -171,6 +171,7 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
     if eos is not None:
         finished |= torch.isin(last, eos)
     hole_tok, hole_valid = last.clone(), torch.zeros_like(last)
+    holes = "none"  # which rows' previous last draft is still unfed to the drafter: "all", "some", "none"
     k, rounds, row_rounds = num_draft_tokens, 0, 0
     arange = torch.arange(max_draft_tokens + 2, device=dev)
 
@@ -181,9 +182,12 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         start = getattr(draft, "round_start", None)
         if start is not None:  # a strategy that opens its own per-round drafter state
             logits = start(drafter, hole_tok, hole_valid, last)[:, -1]
+        elif holes == "none":  # no row's previous last draft is unfed: feed ``last`` alone
+            logits = draft.forward(drafter, last[:, None], logits_to_keep=1)[:, -1]
         else:
-            logits = draft.forward(drafter, torch.stack([hole_tok, last], 1),
-                                   torch.stack([hole_valid, torch.ones_like(last)], 1), logits_to_keep=1)[:, -1]
+            valid = None if holes == "all" else torch.stack([hole_valid, torch.ones_like(last)], 1)
+            logits = draft.forward(drafter, torch.stack([hole_tok, last], 1), valid, logits_to_keep=1)[:, -1]
+        fed = 1 if start is None and holes == "none" else 2  # drafter slots fed at the round start
         drafts, qs = [], []
         for i in range(k_round):
             scores = process(logits_processor, seqs, lengths + i, _fit_vocab(logits.float(), vocab))
@@ -223,17 +227,20 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         finished = finished | (active & finished_eos) | (lengths >= max_len)
         # 6. rollback both caches
         target.rollback(k_round + 1, torch.where(active, m + 1, 0))
-        draft.rollback(k_round + 1, torch.where(active, hole_valid + 1 + m.clamp(max=k_round - 1), 0))
+        draft_keep = (hole_valid if fed == 2 else 0) + 1 + m.clamp(max=k_round - 1)
+        draft.rollback(fed + k_round - 1, torch.where(active, draft_keep, 0))
         hole_tok, hole_valid = drafts_t[:, -1], (m == k_round).long()
         last = tokens.gather(1, m[:, None])[:, 0]
-        # bookkeeping and schedule
-        stats.accepted += int(m[active].sum())
-        stats.proposed += k_round * int(active.sum())
+        # bookkeeping and schedule, from one host sync
+        n_acc, n_active, n_full, n_hole = torch.stack([m[active].sum(), active.sum(), (m[active] == k_round).sum(),
+                                                       hole_valid.sum()]).tolist()
+        holes = "all" if n_hole == B else "none" if n_hole == 0 else "some"
+        stats.accepted += n_acc
+        stats.proposed += k_round * n_active
         rounds += 1
-        row_rounds += int(active.sum())
+        row_rounds += n_active
         if draft_schedule == "heuristic":
-            full = bool((m[active] == k_round).all())
-            k = min(k + 2, max_draft_tokens) if full else max(1, k - 1)
+            k = min(k + 2, max_draft_tokens) if n_full == n_active else max(1, k - 1)
 
     stats.extra["rounds"] = rounds
     stats.extra["accepted_per_round"] = stats.accepted / row_rounds if row_rounds else 0.0

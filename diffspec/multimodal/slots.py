@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,9 +33,20 @@ def drop_tail(cache: Any, n: int) -> None:
         cache.crop(-n)
 
 
+@functools.lru_cache(maxsize=64)
+def _forward_params(forward: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(forward).parameters)
+
+
+def forward_params(model: Any) -> frozenset[str]:
+    """The parameter names of ``model.forward`` (cached per forward function: read once per model class)."""
+    forward = model.forward
+    return _forward_params(getattr(forward, "__func__", forward))
+
+
 def takes_logits_to_keep(model: Any) -> bool:
     """Whether ``model.forward`` names ``logits_to_keep`` (Whisper and MusicGen compute every position)."""
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+    return "logits_to_keep" in forward_params(model)
 
 
 @dataclass
@@ -44,7 +56,9 @@ class SlotState:
     ``seq2seq`` feeds an encoder-decoder's decoder (``decoder_input_ids``, ``decoder_attention_mask``,
     ``decoder_position_ids``; its :class:`~transformers.EncoderDecoderCache` crops the self-attention
     part and keeps the cross-attention part); ``static`` holds kwargs passed on every call (the
-    encoder outputs).
+    encoder outputs). ``dense``: every slot is known to be real (the mask is all ones), so the model
+    gets ``attention_mask=None`` (no per-call mask check or build, e.g. at batch 1); it is kept
+    while the fed slots are real and every row keeps the same slots.
     """
 
     cache: Any
@@ -52,6 +66,7 @@ class SlotState:
     next_pos: torch.Tensor
     seq2seq: bool = False
     static: dict[str, Any] = field(default_factory=dict)
+    dense: bool = False
 
     @classmethod
     def after_prefill(cls, cache: Any, mask: torch.Tensor, position_ids: torch.Tensor | None) -> SlotState:
@@ -62,7 +77,7 @@ class SlotState:
             # drafter) continues from the largest real one
             last_real = position_ids.masked_fill(mask == 0, -1).amax(-1) + 1
             next_pos = torch.where(mask[:, -1] > 0, position_ids[..., -1] + 1, last_real)
-        return cls(cache, mask.long(), next_pos.long())
+        return cls(cache, mask.long(), next_pos.long(), dense=bool(mask.all()))
 
     def positions(self, length: int, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Positions of the next ``length`` fed slots; ``valid`` (B, length) marks the real ones
@@ -78,11 +93,13 @@ class SlotState:
         """Feed ``ids`` (B, L) after the cached slots; return logits of the last ``logits_to_keep``
         (0: all). ``valid`` (B, L) masks slots that must stay invisible (holes)."""
         L = ids.shape[1]
-        valid = torch.ones_like(ids, dtype=torch.long) if valid is None else valid.long()
+        self.dense = self.dense and valid is None
         pos = self.positions(L, valid)
+        valid = torch.ones_like(ids, dtype=torch.long) if valid is None else valid.long()
         self.mask = torch.cat([self.mask, valid], dim=1)
         prefix = "decoder_" if self.seq2seq else ""
-        kwargs = {f"{prefix}input_ids": ids, f"{prefix}attention_mask": self.mask, f"{prefix}position_ids": pos,
+        mask = None if self.dense else self.mask
+        kwargs = {f"{prefix}input_ids": ids, f"{prefix}attention_mask": mask, f"{prefix}position_ids": pos,
                   "past_key_values": self.cache, "use_cache": True, **self.static}
         keep = takes_logits_to_keep(model)
         if keep:
@@ -101,7 +118,10 @@ class SlotState:
         new_mask = self.mask[:, -fed:]
         real_rank = new_mask.cumsum(1)  # 1-based rank among real slots
         kept = (new_mask > 0) & (real_rank <= keep[:, None])
-        last_kept = torch.where(kept, torch.arange(1, fed + 1, device=kept.device), 0).amax().item()  # the one sync
+        last_kept = torch.where(kept, torch.arange(1, fed + 1, device=kept.device), 0).amax()
+        # the one sync: the longest kept prefix and whether every row keeps exactly that prefix
+        last_kept, uniform = torch.stack([last_kept, (kept.sum(1) == last_kept).all().long()]).tolist()
+        self.dense = self.dense and bool(uniform)
         drop = fed - int(last_kept)
         self.next_pos = self.next_pos - (new_mask.sum(1) - kept.sum(1))
         self.mask = torch.cat([self.mask[:, :-fed], kept.long()], dim=1)
