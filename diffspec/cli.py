@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
     bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, multimodal, "
-                       "multimodal-action, kernels)")
+                       "multimodal-action, speech, kernels)")
     bench.add_argument("--model", default=None,
                        help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
                        "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny-vlm (multimodal), tiny-vla "

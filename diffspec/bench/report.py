@@ -23,6 +23,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         return _mm_table(doc)
     if doc.get("suite") == "kernels":
         return _kernels_table(doc)
+    if doc.get("suite") == "speech":
+        from .speech import speech_table
+
+        return speech_table(doc)
     if doc.get("suite") == "multimodal-action":
         from .vla import action_table
 

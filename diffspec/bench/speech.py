@@ -257,7 +257,8 @@ def codec_table(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m diffspec.bench.speech --batch 4 --out FILE.json`` (not yet a ``diffspec bench`` suite)."""
+    """``python -m diffspec.bench.speech --batch 4 --out FILE.json`` (also ``diffspec bench speech``; ``--codec``: the
+    relaxed-codec sweep, only here)."""
     import argparse
     import datetime as dt
     import json

@@ -37,3 +37,15 @@ def test_codec_table_rows():
                      "relaxed_tokens": 3, "token_disagreement": 0.125, "token_disagreement_per_codebook": [0.0, 0.25],
                      "quality": {"exact": False}}]}
     assert codec_table(doc).splitlines()[-1] == "| 0.5 | 0.25 | 10 (16) | 3 | 0.125 | 0.00, 0.25 | False |"
+
+
+def test_speech_suite_through_run_bench(tmp_path):
+    from diffspec.bench import run_bench
+    from diffspec.bench.report import markdown_table
+
+    out = tmp_path / "speech.json"
+    doc = run_bench("speech", out=out, tokens=4, accepts=(1.0,), repeats=1, warmup=0, show_progress=False,
+                    methods=None, overrides={})
+    assert out.exists() and doc["suite"] == "speech"
+    assert all(run["quality"]["exact"] for run in doc["runs"])
+    assert markdown_table(doc).count("\n") >= len(doc["runs"])
