@@ -6,7 +6,8 @@ every step; stage 2 the VLM drafter, whose frozen tower is the target's (copied)
 projector and 1-layer Llama; stage 3 the text-only drafter on prompt text + caption. All on
 teacher-forced captions (the target's greedy output is the caption wherever it is exact). The
 shipped drafter was retrained with ``--only drafter`` on the saved (fp16) target, so a one-go run
-reproduces it up to the fp16 rounding of the copied tower.
+reproduces it up to the fp16 rounding of the copied tower. The target ships as per-row int8
+(``diffspec.models.int8_weights``; converted from the fp16 one, held-out accuracy unchanged).
 Writes ``diffspec/weights/tiny-vlm`` (fp16) and the record ``scripts/runs/tiny_vlm.json``
 (configs, steps, losses, wall time, held-out caption accuracy of the shipped fp16 weights).
 

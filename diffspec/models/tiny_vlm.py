@@ -7,8 +7,9 @@ tokens; 16-layer Llama, hidden 128), the VLM drafter shares the target's vision 
 (1-layer Llama, hidden 128), the text drafter is a ``LlamaForCausalLM`` (1 layer, hidden 128).
 The processor is a ``LlavaProcessor`` over a word-level ``PreTrainedTokenizerFast`` (built with
 ``tokenizers``) and a CLIP image processor built from its config. Weights ship in
-``diffspec/weights/tiny-vlm`` (fp16 safetensors, loaded as float32); ``scripts/train_tiny_vlm.py``
-trains them.
+``diffspec/weights/tiny-vlm`` (drafters as fp16 safetensors; the 16-layer target as per-row int8,
+:mod:`~diffspec.models.int8_weights`, to stay a few MB; all loaded as float32);
+``scripts/train_tiny_vlm.py`` trains them.
 
 Example:
     >>> model, processor, drafter, text_drafter = load_tiny_vlm()  # doctest: +SKIP
@@ -133,11 +134,15 @@ def default_dir() -> Path:
 
 
 def save_tiny_vlm(folder: str | Path, target: Any, drafter: Any, text_drafter: Any, processor: Any) -> None:
-    """Write ``target/``, ``drafter/``, ``text-drafter/`` (fp16 safetensors) and the processor files."""
+    """Write ``target/`` (int8, :func:`~diffspec.models.int8_weights.save_int8`), ``drafter/``,
+    ``text-drafter/`` (fp16 safetensors) and the processor files."""
     import copy
 
+    from .int8_weights import save_int8
+
     folder = Path(folder)
-    for name, model in (("target", target), ("drafter", drafter), ("text-drafter", text_drafter)):
+    save_int8(target, folder / "target")
+    for name, model in (("drafter", drafter), ("text-drafter", text_drafter)):
         copy.deepcopy(model).half().save_pretrained(folder / name)
     processor.save_pretrained(folder)
 
@@ -156,13 +161,15 @@ def load_tiny_vlm(folder: str | Path | None = None, *, device: Any = None,
     """
     from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, LlavaProcessor
 
+    from .int8_weights import load_int8
+
     folder = Path(folder) if folder is not None else default_dir()
     missing = [r for r in ROLES if not (folder / r / "config.json").is_file()]
     if missing:
         raise ValueError(f"{folder} is not a tiny-vlm folder: missing {', '.join(m + '/' for m in missing)} "
                          "(train it with scripts/train_tiny_vlm.py)")
     device = device or "cpu"
-    target = LlavaForConditionalGeneration.from_pretrained(folder / "target", dtype=dtype).to(device).eval()
+    target = load_int8(LlavaForConditionalGeneration, folder / "target", dtype=dtype).to(device)
     drafter = LlavaForConditionalGeneration.from_pretrained(folder / "drafter", dtype=dtype).to(device).eval()
     text_drafter = LlamaForCausalLM.from_pretrained(folder / "text-drafter", dtype=dtype).to(device).eval()
     return target, LlavaProcessor.from_pretrained(folder), drafter, text_drafter

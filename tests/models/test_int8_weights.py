@@ -1,0 +1,48 @@
+"""Int8 storage of shipped weights: round trip within a row's quantization step, strict loading."""
+
+import pytest
+import torch
+
+from diffspec.models.int8_weights import FILENAME, SCALE_SUFFIX, dequantize, load_int8, quantize, save_int8
+
+
+def test_round_trip_error_is_within_half_a_step_per_row():
+    torch.manual_seed(0)
+    w = torch.randn(64, 128) * torch.logspace(-3, 1, 64)[:, None]  # rows of very different scale
+    stored = quantize({"w": w, "b": torch.randn(64), "small": torch.randn(8, 8)})
+    assert stored["w"].dtype == torch.int8 and stored["w" + SCALE_SUFFIX].shape == (64, 1)
+    assert stored["b"].dtype == torch.float16 and stored["small"].dtype == torch.float16  # small: not quantized
+    back = dequantize(stored)
+    step = stored["w" + SCALE_SUFFIX].float()
+    assert ((back["w"] - w).abs() <= 0.5 * step + 1e-6 * w.abs()).all()
+    assert set(back) == {"w", "b", "small"}
+
+
+def test_save_and_load_a_transformers_model(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2)).eval()
+    save_int8(model, tmp_path)
+    assert (tmp_path / FILENAME).is_file() and not (tmp_path / "model.safetensors").exists()
+    loaded = load_int8(LlamaForCausalLM, tmp_path)
+    ids = torch.randint(0, 64, (2, 12))
+    with torch.no_grad():
+        a, b = model(ids).logits, loaded(ids).logits
+    assert (a - b).abs().max() < 0.05 * a.abs().max()
+    assert not torch.equal(a, b)  # it really is the quantized model
+
+
+def test_missing_or_mismatched_weights_are_clear_errors(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    with pytest.raises(ValueError, match="has no model.int8.safetensors"):
+        load_int8(LlamaForCausalLM, tmp_path)
+    small = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    save_int8(small, tmp_path)
+    small.config.num_hidden_layers = 2  # config now promises a layer the weights lack
+    small.config.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="does not match LlamaForCausalLM: missing"):
+        load_int8(LlamaForCausalLM, tmp_path)
