@@ -214,13 +214,15 @@ class SpeculativePipeline:
     ) -> SpeculativePipeline:
         """Load a diffusers pipeline folder, an AR image model folder (``gpt/`` + ``tokenizer/``), a
         transformers model folder (LM, VLM, Whisper, MusicGen decoder; with its processor, and for
-        multimodal methods ``draft=`` a drafter folder or model) or a shipped name (``"tiny-dit"``,
-        ``"tiny-ar"``) and wrap it.
+        multimodal methods ``draft=`` a drafter folder or model; a VLA folder's ``action_map.json``
+        is read for ``relaxed-action``) or a shipped name (``"tiny-dit"``, ``"tiny-ar"``,
+        ``"tiny-vla"``) and wrap it.
 
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("ckpt/whisper", method="draft", draft="ckpt/small")  # doctest: +SKIP
+            >>> spec = SpeculativePipeline.from_pretrained("tiny-vla", method="relaxed-action", tolerance=5)  # doctest: +SKIP
         """
         from .models import is_ar_model_folder, load_ar_target, load_pipeline, resolve_model_path
 
@@ -230,6 +232,11 @@ class SpeculativePipeline:
         from .multimodal.loading import is_transformers_folder, load_model, load_target
 
         if is_transformers_folder(folder):
+            name = method if isinstance(method, str) else getattr(method, "method", None)
+            if name == "relaxed-action" and overrides.get("action_map") is None:
+                from .multimodal.action_map import ActionTokenMap
+
+                overrides["action_map"] = ActionTokenMap.from_pretrained(folder)  # None: the default map
             if isinstance(overrides.get("draft"), (str, Path)):
                 overrides["draft"] = load_model(overrides["draft"], dtype=dtype, device=device)
             return cls.from_pipe(load_target(folder, dtype=dtype, device=device), method, **overrides)

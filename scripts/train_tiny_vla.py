@@ -93,6 +93,7 @@ def main() -> None:
     print(metrics)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
+    action_map().save_pretrained(args.out)
     log = {"steps": args.steps, "batch": args.batch, "lr": args.lr, "episodes": args.episodes,
            "prefix_noise": args.prefix_noise,
            "train_s": round(time.time() - start, 1), "held_out": metrics}

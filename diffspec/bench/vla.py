@@ -9,7 +9,9 @@ excluded (:func:`~diffspec.bench.timing.time_arms`).
 
 Per arm the JSON reports target passes per action, accepted/proposed, wall-clock speedup, and the
 action error vs plain greedy (mean, worst case over all DoF and steps), the token disagreement
-rate, the error bound ``r * bin_width`` and the error vs the expert actions.
+rate, the error bound ``r * bin_width`` and the error vs the expert actions; and, closed loop
+(``closed_loop``, default on, not timed), each arm driving the same start states with its own
+actions: final distance to the goal, success rate and passes per action.
 
 Example:
     >>> doc = run_multimodal_action(episodes=2, steps=10, repeats=1, tolerances="0,3")  # doctest: +SKIP
@@ -71,11 +73,34 @@ class _EpisodeArm(Arm):
         self.passes = torch.tensor(passes, dtype=torch.float)
         return self.actions
 
+    @torch.inference_mode()
+    def closed_loop(self, start: torch.Tensor, steps: int) -> dict[str, Any]:
+        """Drive every episode from ``start`` (E, 6) with this arm's own actions (batch 1, not timed)."""
+        from ..models.tiny_vla import SUCCESS_RADIUS, encode_observation, final_distance, rollout
+
+        passes: list[int] = []
+
+        def policy(state: torch.Tensor) -> torch.Tensor:
+            out = self.spec(input_ids=encode_observation(state).to(self.obs.device))
+            passes.append(self.spec.stats.target_calls)
+            return out.actions.to(state.device)
+
+        dist = []
+        for e in range(start.shape[0]):  # one robot per episode, one action per call
+            self.spec.reset_episode()
+            states, actions = rollout(policy, start[e:e + 1], steps)
+            dist.append(final_distance(states, actions))
+        dist = torch.cat(dist)
+        return {"final_distance_mean": round(float(dist.mean()), 5), "final_distance_max": round(float(dist.max()), 5),
+                "success_rate": round(float((dist < SUCCESS_RADIUS).float().mean()), 4),
+                "success_radius": SUCCESS_RADIUS, "passes_per_action": round(sum(passes) / len(passes), 4)}
+
 
 def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] | None = None,
                           device: str | None = None, steps: int | None = None, repeats: int = 3, warmup: int = 1,
                           overrides: dict[str, Any] | None = None, episodes: int = 6,
-                          tolerances: Any = None, sources: Any = None, show_progress: bool = True,
+                          tolerances: Any = None, sources: Any = None, closed_loop: Any = True,
+                          show_progress: bool = True,
                           **_: Any) -> dict[str, Any]:
     """Run the suite and return the JSON document (DESIGN.md section 5).
 
@@ -84,8 +109,8 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
         methods: ``baseline`` and/or ``relaxed-action`` (default both).
         steps: actions per episode (default 40).
         overrides: ``--set`` values: ``episodes``, ``tolerances`` ("0,1,3,5,9"), ``sources``
-            ("previous,kalman").
-        episodes, tolerances, sources: as the overrides (the overrides win).
+            ("previous,kalman"), ``closed_loop`` (true/false).
+        episodes, tolerances, sources, closed_loop: as the overrides (the overrides win).
     """
     from ..api import SpeculativePipeline
     from ..models.tiny_vla import encode_observation, load_tiny_vla, sample_episodes
@@ -93,9 +118,11 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
     ov = dict(overrides or {})
     episodes = int(ov.pop("episodes", episodes))
     tols = _ints(ov.pop("tolerances", tolerances), TOLERANCES)
+    closed_loop = str(ov.pop("closed_loop", closed_loop)).lower() in ("1", "true", "yes")
     srcs = _names(ov.pop("sources", sources), SOURCES)
     if ov:
-        raise ValueError(f"multimodal-action: unknown --set key(s) {', '.join(ov)}; use episodes, tolerances, sources")
+        raise ValueError(f"multimodal-action: unknown --set key(s) {', '.join(ov)}; "
+                         "use episodes, tolerances, sources, closed_loop")
     names = list(methods or ("baseline", "relaxed-action"))
     bad = [m for m in names if m not in ("baseline", "relaxed-action")]
     if bad:
@@ -118,11 +145,19 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
                 arms.append(_EpisodeArm("relaxed-action", spec, obs, {"tolerance": r, "draft_source": src}))
     time_arms(arms, [EPISODE_SEED], device=dev, repeats=repeats, warmup=warmup, show_progress=show_progress)
 
+    closed = [arm.closed_loop(states[:, 0], n_steps) for arm in arms] if closed_loop else [None] * len(arms)
+    expert_closed = None
+    if closed_loop:
+        from ..models.tiny_vla import SUCCESS_RADIUS, expert_action, final_distance, rollout
+
+        d = final_distance(*rollout(expert_action, states[:, 0], n_steps))
+        expert_closed = {"final_distance_mean": round(float(d.mean()), 5),
+                         "success_rate": round(float((d < SUCCESS_RADIUS).float().mean()), 4)}
     ref = arms[0]
     base_median = latency_summary(ref.times)["median"]
     expert = expert.to(dev)
     runs = []
-    for arm in arms:
+    for arm, loop in zip(arms, closed):
         err = (arm.actions - ref.actions).abs()
         r = arm.config.get("tolerance")
         latency = latency_summary(arm.times)
@@ -142,6 +177,7 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
                 "error_bound_per_token": None if r is None else amap.tolerance_bound(r),
                 "relaxed_token_rate": round(arm.relaxed / arm.tokens.numel(), 4),
                 "expert_mean_abs_error": round(float((arm.actions - expert).abs().mean()), 5),
+                "closed_loop": loop,
                 "psnr": None, "ssim": None, "lpips": None, "fid": None,
             },
         })
@@ -151,15 +187,19 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
             "workload": {"episodes": episodes, "steps_per_episode": n_steps, "tokens": amap.n_dof, "batch": 1,
                          "seeds": [EPISODE_SEED], "n_bins": amap.n_bins,
                          "observations": "held-out expert trajectories, open loop (every arm sees the same ones)",
-                         "baseline": "plain greedy generate, one action (7 tokens) per call"},
+                         "baseline": "plain greedy generate, one action (7 tokens) per call",
+                         "closed_loop": None if not closed_loop else {
+                             "what": "each arm drives the same start states with its own actions (not timed); "
+                                     "success = final distance to the goal < success_radius",
+                             "expert": expert_closed}},
             "runs": runs}
 
 
 def action_table(doc: dict[str, Any]) -> str:
     """The suite's runs as a markdown table."""
     rows = ["| method | r | draft | passes/action | fewer passes | median s | speedup | acceptance | "
-            "token disagr. | mean err | max err | bound/token | expert err |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "token disagr. | mean err | max err | bound/token | expert err | closed-loop success | final dist. |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
         q, c = run["quality"], run["config"]
         acc = "-" if run["acceptance_rate"] is None else f"{run['acceptance_rate']:.3f}"
@@ -168,5 +208,10 @@ def action_table(doc: dict[str, Any]) -> str:
                     f"{run['passes_per_action']:.2f} | {run['fewer_passes_vs_baseline']:.2f}x | "
                     f"{run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | {acc} | "
                     f"{q['token_disagreement']:.3f} | {q['mean_abs_action_error']:.4f} | "
-                    f"{q['max_abs_action_error']:.4f} | {bound} | {q['expert_mean_abs_error']:.4f} |")
+                    f"{q['max_abs_action_error']:.4f} | {bound} | {q['expert_mean_abs_error']:.4f} | "
+                    f"{_closed(q.get('closed_loop'))} |")
     return "\n".join(rows)
+
+
+def _closed(loop: dict[str, Any] | None) -> str:
+    return "- | -" if not loop else f"{loop['success_rate']:.2f} | {loop['final_distance_mean']:.4f}"

@@ -34,6 +34,8 @@ STATE0 = 3
 N_BINS, N_DOF = 256, 7
 VOCAB = STATE0 + LEVELS + N_BINS
 DT, GAIN, ROT_GAIN, GRIP_RADIUS = 0.05, 2.0, 1.5, 0.2
+SUCCESS_RADIUS = 0.1
+"""A closed-loop episode succeeds when it ends within this distance of its goal."""
 PROMPT_LEN = 7
 
 
@@ -87,14 +89,37 @@ def sample_episodes(n: int, steps: int, seed: int = 0) -> tuple[torch.Tensor, to
     g = torch.Generator().manual_seed(seed)
     pos = torch.rand(n, 3, generator=g) * 2 - 1
     goal = torch.rand(n, 3, generator=g) * 1.6 - 0.8
-    states, actions = [], []
+    return rollout(expert_action, torch.cat([pos, goal], dim=-1), steps)
+
+
+def step_states(states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """One simulation step: (..., 6) states ``[pos, goal]`` moved by (..., 7) actions' translation."""
+    pos = (states[..., :3] + DT * actions[..., :3]).clamp(-1, 1)
+    return torch.cat([pos, states[..., 3:]], dim=-1)
+
+
+def rollout(policy: Any, start: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Closed loop: ``policy`` ((n, 6) states -> (n, 7) actions) drives (n, 6) ``start`` states for
+    ``steps`` steps; returns the visited states (n, steps, 6) and the actions (n, steps, 7).
+
+    Example:
+        >>> states, actions = rollout(expert_action, torch.tensor([[0.5, 0.5, 0.5, 0.0, 0.0, 0.0]]), 40)
+        >>> float(final_distance(states, actions)[0]) < 0.1
+        True
+    """
+    s, states, actions = start, [], []
     for _ in range(steps):  # time steps of the simulation (rows batched)
-        s = torch.cat([pos, goal], dim=-1)
-        a = expert_action(s)
+        a = policy(s)
         states.append(s)
         actions.append(a)
-        pos = (pos + DT * a[:, :3]).clamp(-1, 1)
+        s = step_states(s, a)
     return torch.stack(states, 1), torch.stack(actions, 1)
+
+
+def final_distance(states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Distance to the goal after the last action of each rollout: (n,)."""
+    last = step_states(states[:, -1], actions[:, -1])
+    return (last[..., 3:] - last[..., :3]).norm(dim=-1)
 
 
 def encode_observation(states: torch.Tensor) -> torch.Tensor:
@@ -104,7 +129,8 @@ def encode_observation(states: torch.Tensor) -> torch.Tensor:
 
 
 def load_tiny_vla(path: str | Path | None = None, *, device: Any = None) -> tuple[Any, ActionTokenMap]:
-    """The shipped trained tiny VLA (or a ``save_pretrained`` folder) and its action map.
+    """The shipped trained tiny VLA (or a ``save_pretrained`` folder) and its action map (the folder's
+    ``action_map.json`` when it has one, else :func:`action_map`).
 
     Raises:
         ValueError: the folder has no ``config.json``.
@@ -118,5 +144,6 @@ def load_tiny_vla(path: str | Path | None = None, *, device: Any = None) -> tupl
     model.generation_config.pad_token_id = PAD
     if device is not None:
         model = model.to(device)
-    amap = ActionTokenMap.for_model(model, n_bins=N_BINS, n_dof=N_DOF)
+    amap = ActionTokenMap.from_pretrained(folder) or action_map()
+    amap.check_model(model)
     return model, amap

@@ -21,12 +21,17 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config import check_int
+
+ACTION_MAP_FILE = "action_map.json"
+"""The file a VLA folder carries its action map in (:meth:`ActionTokenMap.save_pretrained`)."""
 
 
 def _bounds(name: str, value: float | tuple[float, ...], n_dof: int) -> tuple[float, ...]:
@@ -125,6 +130,46 @@ class ActionTokenMap:
     def actions_to_tokens(self, actions: torch.Tensor) -> torch.Tensor:
         """(..., n_dof) continuous actions -> action ids."""
         return self.bins_to_tokens(self.actions_to_bins(actions))
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write :data:`ACTION_MAP_FILE` into ``folder`` (next to the model's ``config.json``)."""
+        path = Path(folder) / ACTION_MAP_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fields = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        path.write_text(json.dumps(fields, indent=1) + "\n")
+        return path
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> ActionTokenMap | None:
+        """The map a VLA folder declares, or None when it declares none.
+
+        Read from :data:`ACTION_MAP_FILE` (all fields), else from an OpenVLA-style ``config.json``
+        carrying ``n_action_bins`` (the last ``n_action_bins`` ids of the text vocabulary, 7 DoF).
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     _ = ActionTokenMap(vocab_size=300, n_bins=16, n_dof=3).save_pretrained(d)
+            ...     ActionTokenMap.from_pretrained(d).n_bins
+            16
+        """
+        folder = Path(folder)
+        path = folder / ACTION_MAP_FILE
+        if path.is_file():
+            fields = json.loads(path.read_text())
+            unknown = set(fields) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"{path}: unknown field(s) {sorted(unknown)}; allowed {sorted(cls.__dataclass_fields__)}")
+            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        config = folder / "config.json"
+        if config.is_file():
+            cfg = json.loads(config.read_text())
+            bins = cfg.get("n_action_bins")
+            vocab = (cfg.get("text_config") or {}).get("vocab_size", cfg.get("vocab_size"))
+            if isinstance(bins, int) and isinstance(vocab, int):
+                return cls(vocab_size=vocab, n_bins=bins)
+        return None
 
     # ------------------------------------------------------------------ model check
     @classmethod

@@ -21,6 +21,10 @@ def test_suite_json_and_table():
     assert r0["quality"]["max_abs_action_error"] == 0.0 and r0["passes_per_action"] <= 7
     assert r5["quality"]["error_bound_per_token"] == pytest.approx(5 * 2 / 256)
     assert "| `relaxed-action` | 5 | kalman |" in markdown_table(doc)
+    loops = [run["quality"]["closed_loop"] for run in doc["runs"]]
+    assert loops[1] == {**loops[0], "passes_per_action": loops[1]["passes_per_action"]}  # r=0: same trajectory
+    assert all(0 <= lp["success_rate"] <= 1 and lp["final_distance_mean"] >= 0 for lp in loops)
+    assert doc["workload"]["closed_loop"]["expert"]["final_distance_mean"] >= 0
     with pytest.raises(ValueError, match="unknown --set"):
         run_multimodal_action(overrides={"nope": 1})
 

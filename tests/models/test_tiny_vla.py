@@ -71,3 +71,14 @@ def test_relaxed_action_on_trained_model(vla, episodes):
     assert torch.equal(result[0][0], plain)  # r = 0: exact greedy at batch 8
     assert result[9][1] < result[0][1] < 7  # batch-8 passes per step: all rows must finish
     assert float((result[9][0] - plain).abs().mean()) < 0.06
+
+
+def test_closed_loop_rollout_of_the_expert_reaches_the_goal_and_matches_the_open_loop_episodes():
+    from diffspec.models.tiny_vla import SUCCESS_RADIUS, expert_action, final_distance, rollout
+
+    states, actions = sample_episodes(8, 60, seed=5)
+    again_s, again_a = rollout(expert_action, states[:, 0], 60)
+    assert torch.equal(states, again_s) and torch.equal(actions, again_a)
+    assert (final_distance(states, actions) < SUCCESS_RADIUS).all()
+    frozen = rollout(lambda s: torch.zeros(s.shape[0], 7), states[:, 0], 60)  # a policy that never moves
+    assert torch.allclose(final_distance(*frozen), (states[:, 0, 3:] - states[:, 0, :3]).norm(dim=-1))

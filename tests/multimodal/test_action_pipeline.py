@@ -79,3 +79,30 @@ def test_model_drafter_equal_to_target_takes_one_pass(vla, tmp_path):
     assert spec.stats.target_calls == 1 and spec.stats.draft_calls == 7
     with pytest.raises(ValueError, match="not a tiny-vla folder"):
         load_tiny_vla(tmp_path / "missing")
+
+
+def test_from_pretrained_reads_the_folders_action_map(vla, tmp_path):
+    vla.save_pretrained(tmp_path)
+    amap = ActionTokenMap(vocab_size=vla.config.vocab_size, n_bins=64, n_dof=3, low=-2.0, high=2.0)
+    amap.save_pretrained(tmp_path)
+    assert ActionTokenMap.from_pretrained(tmp_path) == amap
+    spec = SpeculativePipeline.from_pretrained(tmp_path, method="relaxed-action", tolerance=0)
+    assert spec.action_map == amap and spec.config.n_dof == 3 and spec.config.n_bins == 64
+    out = spec(input_ids=_obs(1, 0))
+    assert out.tokens.shape == (1, 3) and torch.equal(out.tokens, spec.plain(input_ids=_obs(1, 0)).tokens)
+    given = ActionTokenMap(vocab_size=vla.config.vocab_size, n_dof=2)  # an explicit map wins over the file
+    assert SpeculativePipeline.from_pretrained(tmp_path, method="relaxed-action", action_map=given).action_map == given
+    (tmp_path / "action_map.json").write_text('{"vocab_size": 300, "bins": 4}')
+    with pytest.raises(ValueError, match="unknown field"):
+        ActionTokenMap.from_pretrained(tmp_path)
+
+
+def test_openvla_style_config_and_the_shipped_name(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"n_action_bins": 128, "text_config": {"vocab_size": 500}}))
+    amap = ActionTokenMap.from_pretrained(tmp_path)
+    assert (amap.vocab_size, amap.n_bins, amap.n_dof) == (500, 128, 7)
+    assert ActionTokenMap.from_pretrained(tmp_path / "none") is None
+    spec = SpeculativePipeline.from_pretrained("tiny-vla", method="relaxed-action", tolerance=5)
+    assert spec.action_map.n_bins == 256 and spec.action_map.vocab_size == 387
