@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -280,6 +281,9 @@ def run_kernels(*, device: str | torch.device = "cpu", dtype: str | None = None,
         machine["note"] = ("CPU smoke run: reference arms on tiny shapes; no kernel performance claims. "
                            "outside-model runs (if any): CPU, torch reference kernels only (the Triton path is not "
                            "exercised on CPU); wall-clock on a shared CPU is noisy")
+        load = os.getloadavg()
+        machine["load_average_1_5_15"] = [round(x, 2) for x in load]
+        machine["loaded"] = load[0] > (os.cpu_count() or 1)  # more runnable work than cores: timings are noisy
     return {"suite": "kernels", "machine": machine,
             "model": {"name": "kernels", "params": 0, "dtype": str(anchor_dtype).replace("torch.", "")},
             "workload": {"kernels": chosen, "arms": arms, "smoke": not cuda, "repeats": repeats, "warmup": warmup,
