@@ -180,7 +180,7 @@ def accept_rows(target: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u_ac
         accept_mass: ``(p_mass, q_mass)`` ``[N]`` replacing ``(p(x), q(x))`` in the test.
         split: vocabulary piece per program (:mod:`~diffspec.kernels._accept_split_triton`); ``None``:
             ``SPLIT`` when there are fewer than ``SPLIT_ROWS`` rows, a large vocabulary and no top-k/top-p,
-            else one program per row. Ignored with top-k/top-p or ``q_logits``.
+            else one program per row. Ignored with top-k/top-p.
         q_logits: ``q`` holds the draft's logits, warped in the kernel with ``warp`` (needs ``warp``).
 
     Returns:
@@ -195,11 +195,11 @@ def accept_rows(target: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, u_ac
         split = SPLIT
     if q_logits and warp is None:
         raise ValueError("accept_rows: q_logits=True needs warp=(temperature, top_k, top_p)")
-    if split is not None and not (use_k or use_p or q_logits):
+    if split is not None and not (use_k or use_p):
         from ._accept_split_triton import accept_rows_split
 
         return accept_rows_split(target, q, draft, u_accept, u_residual, qk, g,
-                                 float(temperature) if warp is not None else None, accept_mass, split)
+                                 float(temperature) if warp is not None else None, accept_mass, split, q_logits)
     acc = torch.empty(rows, dtype=torch.int8, device=target.device)
     tok = torch.empty(rows, dtype=torch.long, device=target.device)
     pm, qm = accept_mass if accept_mass is not None else (u_accept, u_accept)

@@ -199,3 +199,22 @@ def test_split_path_speculative_accept_matches_reference(split_path):
     m, tok = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="triton")
     assert split_path and torch.equal(m, m_ref) and torch.equal(tok, tok_ref)
     assert 0 < m_ref.sum() < b * k
+
+
+@pytest.mark.parametrize("vocab", [1000, 1283])  # 1283: a last piece of 3 tokens
+def test_split_path_draft_logits_equal_warped_probs(split_path, vocab):
+    b, k = 2, 3
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(b, k + 1, vocab, generator=g) * 3
+    draft_logits = logits[:, :k] + 1.0 * torch.randn(b, k, vocab, generator=g)
+    draft_logits[0, :, 254:258] = float("-inf")  # removed draft tokens across a piece edge
+    draft_logits[1, 0, 256:512] = float("-inf")  # a whole removed piece
+    logits[0, :, 512:768] = float("-inf")  # a whole piece removed from the target too
+    q = warp_reference(draft_logits, 0.8)
+    drafts = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(b, k)
+    ua, ur = torch.rand(b, k, generator=g), torch.rand(b, k + 1, generator=g)
+    m_ref, tok_ref = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="torch")
+    m, tok = speculative_accept(logits, drafts, draft_logits, ua, ur, temperature=0.8, draft_logits=True,
+                                backend="triton")
+    assert split_path and torch.equal(m, m_ref) and torch.equal(tok, tok_ref)
+    assert 0 < m_ref.sum() < b * k
