@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,8 @@ from ..progress import progress
 from .timing import latency_summary, machine_info
 
 KERNELS = ("forecast", "accept", "coupling")
+OUTSIDE_MODEL = "outside-model"
+"""Opt-in part (``--methods outside-model``): decode-time share outside the models (:mod:`.outside_model`)."""
 
 
 @dataclass
@@ -227,22 +230,24 @@ def run_kernels(*, device: str | torch.device = "cpu", dtype: str | None = None,
     """Run the kernel suite; returns the JSON document (see the module docstring).
 
     Args:
-        methods: kernels to run (``forecast``, ``accept``, ``coupling``; default all).
+        methods: kernels to run (``forecast``, ``accept``, ``coupling``; default all) and/or
+            ``outside-model`` (:func:`~diffspec.bench.outside_model.outside_model_runs`, opt-in).
         dtype: forecast anchors' dtype (default bfloat16).
         allow_cpu: on CPU under ``TRITON_INTERPRET=1``, add the (interpreted) Triton arm.
         overrides: ``arms`` (comma-separated subset of reference, torch-compile, triton, flashinfer) and
-            ``inner`` (calls per timed sample; default 10 on CUDA, 1 on CPU), from ``--set KEY=VALUE``.
+            ``inner`` (calls per timed sample; default 10 on CUDA, 1 on CPU), ``captions`` and ``steps``
+            (outside-model workload sizes), from ``--set KEY=VALUE``.
     """
     overrides = dict(overrides or {})
-    unknown = set(overrides) - {"arms", "inner"}
+    unknown = set(overrides) - {"arms", "inner", "captions", "steps"}
     if unknown:
-        raise ValueError(f"bench kernels: unknown --set keys {sorted(unknown)}; allowed: arms, inner")
+        raise ValueError(f"bench kernels: unknown --set keys {sorted(unknown)}; allowed: arms, inner, captions, steps")
     device = torch.device(device)
     cuda = device.type == "cuda"
     chosen = list(methods or KERNELS)
-    bad = [m for m in chosen if m not in KERNELS]
+    bad = [m for m in chosen if m not in (*KERNELS, OUTSIDE_MODEL)]
     if bad:
-        raise ValueError(f"unknown kernels {bad}; choose from {', '.join(KERNELS)}")
+        raise ValueError(f"unknown kernels {bad}; choose from {', '.join((*KERNELS, OUTSIDE_MODEL))}")
     arms = ["reference", "torch-compile", "triton", "flashinfer"] if cuda else \
         ["reference"] + (["triton"] if allow_cpu and interpreting() else [])
     if "arms" in overrides:
@@ -266,9 +271,19 @@ def run_kernels(*, device: str | torch.device = "cpu", dtype: str | None = None,
             for case in group:
                 runs.extend(run_case(case, arms, device, copy["gbps"], repeats, warmup, inner))
                 bar.update()
+    if OUTSIDE_MODEL in chosen:
+        from .outside_model import outside_model_runs
+
+        runs.extend(outside_model_runs(device, repeats=repeats, warmup=warmup,
+                                       captions=int(overrides.get("captions", 8)), steps=int(overrides.get("steps", 20))))
     machine = machine_info(device)
     if not cuda:
-        machine["note"] = "CPU smoke run: reference arms on tiny shapes; no kernel performance claims"
+        machine["note"] = ("CPU smoke run: reference arms on tiny shapes; no kernel performance claims. "
+                           "outside-model runs (if any): CPU, torch reference kernels only (the Triton path is not "
+                           "exercised on CPU); wall-clock on a shared CPU is noisy")
+        load = os.getloadavg()
+        machine["load_average_1_5_15"] = [round(x, 2) for x in load]
+        machine["loaded"] = load[0] > (os.cpu_count() or 1)  # more runnable work than cores: timings are noisy
     return {"suite": "kernels", "machine": machine,
             "model": {"name": "kernels", "params": 0, "dtype": str(anchor_dtype).replace("torch.", "")},
             "workload": {"kernels": chosen, "arms": arms, "smoke": not cuda, "repeats": repeats, "warmup": warmup,

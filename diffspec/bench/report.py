@@ -102,7 +102,10 @@ def _mm_table(doc: dict[str, Any]) -> str:
 def _kernels_table(doc: dict[str, Any]) -> str:
     rows = ["| kernel | config | arm | median ms | GB/s | of copy BW | vs reference |",
             "|---|---|---|---:|---:|---:|---:|"]
+    outside = [r for r in doc["runs"] if r["kernel"] == "outside-model"]
     for run in doc["runs"]:
+        if run in outside:
+            continue
         config = ", ".join(f"{k}={v}" for k, v in run.get("config", {}).items())
         name = run["method"] + (" (peer)" if run.get("peer") else "")
         if "error" in run:
@@ -110,6 +113,12 @@ def _kernels_table(doc: dict[str, Any]) -> str:
             continue
         rows.append(f"| {run['kernel']} | {config} | {name} | {run['latency_s']['median'] * 1e3:.3f} | "
                     f"{run['gbps']:.1f} | {run['bandwidth_fraction']:.2f} | {_fmt(run['speedup_vs_reference'], '.2f')} |")
+    if outside:
+        rows += ["", "| workload | kernels | wall s | in models s | outside s | outside share | accept entry points s |",
+                 "|---|---|---:|---:|---:|---:|---:|"]
+        rows += [f"| {r['config']['workload']} | {r['config']['arm']} | {r['wall_s']['median']:.3f} | "
+                 f"{r['model_s_median']:.3f} | {r['outside_model_s_median']:.3f} | "
+                 f"{r['outside_model_share']['median']:.1%} | {r['accept_kernel_s_median']:.4f} |" for r in outside]
     return "\n".join(rows)
 
 

@@ -16,6 +16,7 @@ from .accept import inverse_cdf, rejection_sample, speculative_accept, warp_refe
 from .anchors import AnchorRing, forecast, l1_error
 from .coupling import Coupled, reflection_coupling
 from .dispatch import use_triton
+from .tolerance import beta_tolerance, bin_tolerance
 
-__all__ = ["AnchorRing", "Coupled", "forecast", "inverse_cdf", "l1_error", "reflection_coupling", "rejection_sample",
+__all__ = ["AnchorRing", "Coupled", "beta_tolerance", "bin_tolerance", "forecast", "inverse_cdf", "l1_error", "reflection_coupling", "rejection_sample",
            "speculative_accept", "use_triton", "warp_reference"]

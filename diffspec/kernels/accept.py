@@ -10,7 +10,7 @@ each position over several programs: ``_accept_split_triton``) and their torch r
   and equals the draft with probability ``1 - TV(p, q)`` (the maximal-coupling draw of MC-SJD).
 - :func:`speculative_accept` (classic speculative decoding, Leviathan et al.): target logits
   ``[B, K+1, V]`` warped (temperature, top-k, top-p) in the kernel, draft probabilities
-  ``[B, K, V]``, the ratio test at each of the ``K`` drafts, the first-rejection index ``m`` and
+  ``[B, K, V]`` (or draft logits, ``draft_logits=True``, warped in the kernel the same way), the ratio test at each of the ``K`` drafts, the first-rejection index ``m`` and
   the token at ``m``: the residual draw, or a draw from ``p_{K}`` (the bonus) after ``K`` accepts.
 
 Warping (:func:`warp_reference`): ``x = logits / T``; top-k keeps ``x >= `` the k-th largest
@@ -145,10 +145,12 @@ def emit(drafts: torch.Tensor, accepted: torch.Tensor, samples: torch.Tensor) ->
 
 def speculative_accept_reference(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor,
                                  u_accept: torch.Tensor, u_residual: torch.Tensor, temperature: float = 1.0,
-                                 top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                                 top_k: int = 0, top_p: float = 1.0, draft_logits: bool = False,
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference of :func:`speculative_accept`."""
     p = warp_reference(target_logits, temperature, top_k, top_p)
-    q = torch.cat([draft_probs.float(), torch.zeros_like(p[:, :1])], 1)  # the bonus position: residual = p
+    q = warp_reference(draft_probs, temperature, top_k, top_p) if draft_logits else draft_probs.float()
+    q = torch.cat([q, torch.zeros_like(p[:, :1])], 1)  # the bonus position: residual = p
     k = drafts.shape[1]
     d = torch.cat([drafts, torch.zeros_like(drafts[:, :1])], 1)
     ua = torch.cat([u_accept, torch.ones_like(u_accept[:, :1])], 1)
@@ -159,18 +161,22 @@ def speculative_accept_reference(target_logits: torch.Tensor, drafts: torch.Tens
 
 def speculative_accept(target_logits: torch.Tensor, drafts: torch.Tensor, draft_probs: torch.Tensor,
                        u_accept: torch.Tensor, u_residual: torch.Tensor, *, temperature: float = 1.0, top_k: int = 0,
-                       top_p: float = 1.0, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       top_p: float = 1.0, draft_logits: bool = False, backend: str | None = None,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative rejection sampling of ``K`` drafts per row against warped target logits.
 
     Args:
         target_logits: ``(B, K+1, V)`` target scores at the ``K`` drafts and the bonus position
             (``-inf`` where a logits processor removed a token).
         drafts: ``(B, K)`` draft tokens, drawn from ``draft_probs``.
-        draft_probs: ``(B, K, V)`` the draft's (already warped) distributions.
+        draft_probs: ``(B, K, V)`` the draft's (already warped) distributions, or with
+            ``draft_logits=True`` its logits (``-inf`` where removed), warped in the kernel exactly
+            as the target's (same temperature, top-k, top-p): the caller builds no ``(B, K, V)`` softmax.
         u_accept: ``(B, K)`` uniforms of the ratio tests.
         u_residual: ``(B, K+1)`` uniforms of the draws (only the one at the first rejection, or
             the bonus, is used: the law is exact).
         temperature, top_k, top_p: the target's warping (see the module docstring).
+        draft_logits: ``draft_probs`` holds logits (see above).
         backend: ``None`` (auto), ``"torch"`` or ``"triton"``.
 
     Returns:
@@ -182,6 +188,9 @@ def speculative_accept(target_logits: torch.Tensor, drafts: torch.Tensor, draft_
         ...                             torch.tensor([[0.4]]), torch.tensor([[0.5, 0.2]]))
         >>> m.tolist(), tok.tolist()
         ([1], [[1, 0]])
+        >>> speculative_accept(logits, torch.tensor([[1]]), logits[:, :1], torch.tensor([[0.4]]),
+        ...                    torch.tensor([[0.5, 0.2]]), draft_logits=True)[0].tolist()  # q = p: accepted
+        [1]
     """
     _check_warp(temperature, top_k, top_p)
     b, k = drafts.shape
@@ -193,7 +202,7 @@ def speculative_accept(target_logits: torch.Tensor, drafts: torch.Tensor, draft_
                          f"{tuple(u_residual.shape)} ({b}, {k + 1})")
     if not use_triton([target_logits, drafts, draft_probs, u_accept, u_residual], backend):
         return speculative_accept_reference(target_logits, drafts, draft_probs, u_accept, u_residual,
-                                            temperature, top_k, top_p)
+                                            temperature, top_k, top_p, draft_logits)
     from ._accept_triton import accept_rows
 
     vocab = target_logits.shape[-1]
@@ -201,5 +210,5 @@ def speculative_accept(target_logits: torch.Tensor, drafts: torch.Tensor, draft_
     ua = torch.cat([u_accept, torch.ones_like(u_accept[:, :1])], 1)  # the bonus position is never accepted
     accepted, samples = accept_rows(target_logits.reshape(-1, vocab), draft_probs.reshape(-1, vocab), d.reshape(-1),
                                     ua.reshape(-1), u_residual.reshape(-1), q_rows=(k, k + 1),
-                                    warp=(temperature, top_k, top_p))
+                                    warp=(temperature, top_k, top_p), q_logits=draft_logits)
     return emit(drafts, accepted.view(b, k + 1)[:, :k], samples.view(b, k + 1))

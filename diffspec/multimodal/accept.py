@@ -43,7 +43,7 @@ def greedy_accept(drafts: torch.Tensor, p_logits: torch.Tensor) -> tuple[torch.T
 
 def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tensor,
                     generator: torch.Generator | None = None, *, residual: bool = True,
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    draft_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative rejection sampling (Leviathan et al., Alg. 1), exact in law (A2).
 
     Draft ``i`` is accepted if ``u_i < p_i(d_i) / q_i(d_i)`` with fresh uniforms; at the first
@@ -54,7 +54,9 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
     Args:
         drafts: (B, k) draft ids, sampled from ``q``.
         p_logits: (B, k+1, V) processed target scores (``-inf`` where a warper removed a token).
-        q: (B, k, V) the draft distributions the drafts were sampled from.
+        q: (B, k, V) the draft distributions the drafts were sampled from, or with
+            ``draft_logits=True`` the processed draft scores they were sampled from (softmax taken
+            in the kernel: the loop passes these, no second ``(B, k, V)`` probability tensor).
         generator: RNG of the uniforms and the correction draw.
         residual: False draws the correction from ``p`` instead of the residual (a planted bias,
             used by the tests to show the chi-square check detects it).
@@ -66,7 +68,8 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
     u = torch.rand((B, k), generator=generator, device=drafts.device)
     u_res = torch.rand((B, k + 1), generator=generator, device=drafts.device)
     if residual:
-        return kernels.speculative_accept(p_logits, drafts, q, u, u_res)
+        return kernels.speculative_accept(p_logits, drafts, q, u, u_res, draft_logits=draft_logits)
+    q = torch.softmax(q.float(), dim=-1) if draft_logits else q
     p = torch.softmax(p_logits.float(), dim=-1)  # planted bias: the correction drawn from p itself
     p_d = p[:, :k].gather(2, drafts[..., None])[..., 0]
     q_d = q.float().gather(2, drafts[..., None])[..., 0]

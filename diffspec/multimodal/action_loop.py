@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from .. import kernels
 from ..stats import SpecStats
 from .action_map import ActionTokenMap
 from .loop import process
@@ -36,7 +37,8 @@ def tolerance_ok(drafts: torch.Tensor, target: torch.Tensor, action_map: ActionT
     """Bool (B, L): draft ``d`` passes against target argmax ``t`` (rule A3: ``|bin(t) - bin(d)| <= r``).
 
     A draft that is not an action token passes only if equal to ``t``; a non-action ``t`` rejects
-    every action draft. With ``tolerance = 0`` this is ``d == t`` (exact greedy, rule A1).
+    every action draft. With ``tolerance = 0`` this is ``d == t`` (exact greedy, rule A1). The decode
+    loop runs the same rule fused with the argmax: :func:`diffspec.kernels.bin_tolerance`.
 
     Example:
         >>> amap = ActionTokenMap(vocab_size=20, n_bins=10, n_dof=3)
@@ -118,12 +120,14 @@ def relaxed_action_generate(model: Any, input_ids: torch.Tensor, logits_processo
         # 2. target argmax for DoF start .. n-1 (processors see the prefix the target saw)
         seqs = torch.cat([input_ids, cur], 1)
         lengths = torch.full((B,), T0, dtype=torch.long, device=dev)
-        t = torch.stack([process(logits_processor, seqs, lengths + start + j, logits[:, j].float())
-                         for j in range(n - start)], 1).argmax(-1)
+        scores = torch.stack([process(logits_processor, seqs, lengths + start + j, logits[:, j].float())
+                              for j in range(n - start)], 1)
         pos = pos_all[start:]
         d = cur[:, start:]
-        ok = tolerance_ok(d, t, action_map, tolerance) | (pos < done[:, None])
-        run = ok.long().cumprod(1).sum(1) + start  # first rejected DoF (n: all accepted)
+        t, _, m = kernels.bin_tolerance(scores, d, first_id=action_map.first_id, n_bins=action_map.n_bins,
+                                        reverse=action_map.reverse, tolerance=tolerance,
+                                        always=(pos < done[:, None]).expand_as(d))  # the rule of tolerance_ok
+        run = m + start  # first rejected DoF (n: all accepted)
         run = torch.where(finished, done, run)
         fix = (run < n) & ~finished
         idx = (run - start).clamp(0, n - start - 1)

@@ -35,12 +35,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from .. import kernels
 from ..stats import SpecStats
 from .slots import drop_tail
 
@@ -133,7 +133,6 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
     buf[:, n] = target.logits[:, -1].argmax(-1)
     n += 1
     relaxed = torch.arange(BK, device=buf.device) % K >= exact_codebooks
-    log_beta = math.log(beta)
     pattern = torch.cat([pattern, pattern.new_full((BK, k_max + 2), pad)], 1)  # past max_len: never fed
     relaxed_tokens = torch.zeros((), dtype=torch.long, device=buf.device)  # summed on the device, read once
     while n < max_len:
@@ -145,15 +144,13 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
         stats.draft_calls += k
         drafts = buf[:, n:n + k].clone()
         # 2. verify [last, d_1..d_k] in one call
-        t_logits = target.feed(buf, n + k, mask, pattern)[:, -(k + 1):].float()
+        t_logits = target.feed(buf, n + k, mask, pattern)[:, -(k + 1):]
         stats.target_calls += 1
         stats.target_evals += B
-        greedy = t_logits.argmax(-1)
         # 3. accept: exact on the first codebooks, p(d) >= beta * max p on the others, fixed slots pass
-        logp = torch.log_softmax(t_logits[:, :k], -1)
-        tol = logp.gather(-1, drafts[..., None])[..., 0] >= logp.amax(-1) + log_beta
+        greedy, passed = kernels.beta_tolerance(t_logits, drafts, beta=beta, relaxed=relaxed)
         same = drafts == greedy[:, :k]
-        ok = (pattern[:, n:n + k] != -1) | same | (relaxed[:, None] & tol)
+        ok = (pattern[:, n:n + k] != -1) | passed
         m_rows = ok.view(B, K, k).all(1).long().cumprod(1).sum(1)
         m = int(m_rows.min()) if k else 0  # the one host sync per round: lockstep advance
         buf[:, n + m] = greedy[:, m]

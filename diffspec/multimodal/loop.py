@@ -191,10 +191,10 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         drafts, qs = [], []
         for i in range(k_round):
             scores = process(logits_processor, seqs, lengths + i, _fit_vocab(logits.float(), vocab))
-            d, q = _pick(scores, do_sample, generator)
+            d, _ = _pick(scores, do_sample, generator)
             seqs.scatter_(1, (lengths + i)[:, None], d[:, None])
             drafts.append(d)
-            qs.append(q)
+            qs.append(scores)  # the draft law's logits: the accept kernel takes its softmax
             if i < k_round - 1:
                 logits = draft.forward(drafter, d[:, None], logits_to_keep=1)[:, -1]
         drafts_t = torch.stack(drafts, 1)
@@ -207,7 +207,7 @@ def speculative_generate(model: Any, input_ids: torch.Tensor, logits_processor: 
         stats.target_evals += B
         # 4. accept
         if do_sample:
-            m, tokens = sampling_accept(drafts_t, p, torch.stack(qs, 1), generator)
+            m, tokens = sampling_accept(drafts_t, p, torch.stack(qs, 1), generator, draft_logits=True)
         else:
             m, tokens = greedy_accept(drafts_t, p)
         # 5. EOS / max-length cut and write

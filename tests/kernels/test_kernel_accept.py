@@ -59,6 +59,45 @@ def test_speculative_accept_matches_reference(warp):
     assert (p[torch.arange(b), m_ref, emitted] > 0).all()  # never a token the warpers removed
 
 
+@pytest.mark.parametrize("case", [(999, 1.0, 0, 1.0, torch.float32), (999, 0.7, 37, 1.0, torch.bfloat16),
+                                  (999, 1.3, 0, 0.8, torch.float16), (999, 0.9, 100, 0.9, torch.float32),
+                                  (4097, 0.8, 0, 1.0, torch.float16)])  # 4097: two vocab blocks
+def test_speculative_accept_draft_logits_equal_warped_probs(case):
+    """Draft logits warped in the kernel: same outputs as the caller passing the warped probabilities."""
+    vocab, temperature, top_k, top_p, dtype = case
+    b, k = 3, 3
+    g = torch.Generator().manual_seed(vocab + top_k)
+    logits = (torch.randn(b, k + 1, vocab, generator=g) * 3).to(dtype)
+    draft_logits = (logits[:, :k].float() + 0.4 * torch.randn(b, k, vocab, generator=g)).to(dtype)
+    edge = min(vocab, 4096)
+    draft_logits[0, :, edge - 3:edge + 1] = float("-inf")  # removed draft tokens across a block edge
+    draft_logits[1, 1, :5] = float("-inf")
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    q = warp_reference(draft_logits, **kw)
+    drafts = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(b, k)
+    ua, ur = torch.rand(b, k, generator=g), torch.rand(b, k + 1, generator=g)
+    m_ref, tok_ref = speculative_accept(logits, drafts, q, ua, ur, backend="torch", **kw)
+    for backend in ("torch", "triton"):
+        m, tok = speculative_accept(logits, drafts, draft_logits, ua, ur, draft_logits=True, backend=backend, **kw)
+        assert torch.equal(m, m_ref) and torch.equal(tok, tok_ref), backend
+    assert 0 < m_ref.sum() < b * k  # acceptances and rejections both exercised
+    p = warp_reference(logits, **kw)
+    emitted = tok_ref.gather(1, m_ref[:, None])[:, 0]
+    assert (p[torch.arange(b), m_ref, emitted] > 0).all()
+
+
+def test_draft_logits_are_not_read_as_probabilities():
+    """The flag matters: logits passed as probabilities give other decisions (the test can fail)."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 3, 61, generator=g) * 2
+    draft_logits = logits[:, :2] + 0.5 * torch.randn(4, 2, 61, generator=g)
+    drafts = torch.multinomial(draft_logits.softmax(-1).view(-1, 61), 1, generator=g).view(4, 2)
+    ua, ur = torch.rand(4, 2, generator=g), torch.rand(4, 3, generator=g)
+    right = speculative_accept(logits, drafts, draft_logits, ua, ur, draft_logits=True, backend="triton")
+    wrong = speculative_accept(logits, drafts, draft_logits.exp(), ua, ur, backend="triton")  # unnormalised q
+    assert not (torch.equal(right[0], wrong[0]) and torch.equal(right[1], wrong[1]))
+
+
 def test_speculative_accept_all_accepted_draws_the_bonus():
     logits = torch.randn(1, 3, 50, generator=torch.Generator().manual_seed(0))
     p = logits.softmax(-1)
@@ -158,5 +197,24 @@ def test_split_path_speculative_accept_matches_reference(split_path):
     ua, ur = torch.rand(b, k, generator=g), torch.rand(b, k + 1, generator=g)
     m_ref, tok_ref = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="torch")
     m, tok = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="triton")
+    assert split_path and torch.equal(m, m_ref) and torch.equal(tok, tok_ref)
+    assert 0 < m_ref.sum() < b * k
+
+
+@pytest.mark.parametrize("vocab", [1000, 1283])  # 1283: a last piece of 3 tokens
+def test_split_path_draft_logits_equal_warped_probs(split_path, vocab):
+    b, k = 2, 3
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(b, k + 1, vocab, generator=g) * 3
+    draft_logits = logits[:, :k] + 1.0 * torch.randn(b, k, vocab, generator=g)
+    draft_logits[0, :, 254:258] = float("-inf")  # removed draft tokens across a piece edge
+    draft_logits[1, 0, 256:512] = float("-inf")  # a whole removed piece
+    logits[0, :, 512:768] = float("-inf")  # a whole piece removed from the target too
+    q = warp_reference(draft_logits, 0.8)
+    drafts = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(b, k)
+    ua, ur = torch.rand(b, k, generator=g), torch.rand(b, k + 1, generator=g)
+    m_ref, tok_ref = speculative_accept(logits, drafts, q, ua, ur, temperature=0.8, backend="torch")
+    m, tok = speculative_accept(logits, drafts, draft_logits, ua, ur, temperature=0.8, draft_logits=True,
+                                backend="triton")
     assert split_path and torch.equal(m, m_ref) and torch.equal(tok, tok_ref)
     assert 0 < m_ref.sum() < b * k

@@ -56,3 +56,35 @@ def test_accept_vocab_sizes(vocab, k, batch, warp):
     # GPU cumsum / exp round differently from the kernel's block sums: allow a rare boundary flip
     same = (m == m_ref) & (tok == tok_ref).all(1)
     assert same.float().mean() >= 0.9, (m, m_ref)
+
+
+@pytest.mark.parametrize("warp", [(1.0, 0, 1.0), (0.8, 50, 0.9)])
+@pytest.mark.parametrize("vocab,k,batch", [(16384, 4, 8), (151936, 8, 2)])  # 151936 at batch 2: the split path
+def test_accept_draft_logits_vocab_sizes(vocab, k, batch, warp):
+    g = torch.Generator("cuda").manual_seed(vocab + 1)
+    logits = torch.randn(batch, k + 1, vocab, device="cuda", generator=g) * 2
+    draft_logits = logits[:, :k] + 0.3 * torch.randn(batch, k, vocab, device="cuda", generator=g)
+    q = warp_reference(draft_logits, *warp)
+    drafts = torch.multinomial(q.view(-1, vocab), 1, generator=g).view(batch, k)
+    ua = torch.rand(batch, k, device="cuda", generator=g)
+    ur = torch.rand(batch, k + 1, device="cuda", generator=g)
+    kw = dict(temperature=warp[0], top_k=warp[1], top_p=warp[2])
+    m, tok = kernels.speculative_accept(logits, drafts, draft_logits, ua, ur, draft_logits=True, **kw)
+    m_ref, tok_ref = kernels.speculative_accept(logits, drafts, q, ua, ur, backend="torch", **kw)
+    same = (m == m_ref) & (tok == tok_ref).all(1)  # rounding boundary flips allowed, rarely
+    assert same.float().mean() >= 0.9, (m, m_ref)
+
+
+@pytest.mark.parametrize("vocab", [32064, 151936])
+def test_tolerance_rules_vocab_sizes(vocab):
+    g = torch.Generator("cuda").manual_seed(vocab)
+    x = torch.randn(16, 8, vocab, device="cuda", generator=g).to(torch.bfloat16)
+    t = x.float().argmax(-1)
+    drafts = (t + torch.randint(-4, 5, t.shape, device="cuda", generator=g)).clamp(0, vocab - 1)
+    kw = dict(first_id=vocab - 256, n_bins=256, reverse=True, tolerance=3)
+    out, ref = kernels.bin_tolerance(x, drafts, **kw), kernels.bin_tolerance(x, drafts, backend="torch", **kw)
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+    relaxed = torch.arange(16, device="cuda") % 4 != 0
+    out = kernels.beta_tolerance(x, drafts[:, :7], beta=0.3, relaxed=relaxed)
+    ref = kernels.beta_tolerance(x, drafts[:, :7], beta=0.3, relaxed=relaxed, backend="torch")
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
