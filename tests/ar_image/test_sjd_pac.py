@@ -119,3 +119,31 @@ def test_session_without_trees_is_refused():
     session = NoTree()
     with pytest.raises(ValueError, match="step_tree"):
         pac_sample(session, 6, 4, 2, 2, "uniform", FREE, gen())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_identical_to_plain_on_llamagen_kv_cache(seed):
+    """The real static KV cache path (step_tree, commit_tree, ragged rows, CFG) on a random tiny LlamaGen."""
+    from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
+    from diffspec.ar_image.llamagen_session import LlamaGenTarget
+
+    torch.manual_seed(seed)
+    cfg = LlamaGenConfig(dim=32, n_layer=2, n_head=2, vocab_size=24, num_classes=5, block_size=16, multiple_of=16,
+                         token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
+    model = LlamaGenTransformer(cfg).eval()
+    with torch.no_grad():
+        model.output.weight.normal_(std=0.5)
+    target = LlamaGenTarget(model)
+    labels, greedy = [0, 3, 1, 4], {"temperature": 0.0}
+    ref = plain_sample(target.start(class_labels=labels, guidance_scale=2.0), 16, greedy, gen())
+    for window, width, depth in ((4, 4, 3), (40, 3, 2), (1, 2, 1)):
+        session = target.start(class_labels=labels, guidance_scale=2.0)
+        out = pac_sample(session, 16, window, width, depth, "uniform", greedy, gen(seed))
+        assert torch.equal(out, ref)
+    # sampled: alternatives are taken on this target, and the pipeline path runs
+    from diffspec import SpeculativePipeline
+
+    spec = SpeculativePipeline.from_pipe(target, method="sjd-pac", window=6)
+    spec.set_progress_bar_config(disable=True)
+    out = spec(class_labels=labels * 8, guidance_scale=2.0, generator=gen(seed), output_type="tokens")
+    assert out.tokens.shape == (32, 16) and spec.stats.extra["alternative_hits"] > 0
