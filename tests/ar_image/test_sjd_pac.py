@@ -6,8 +6,8 @@ from ar_checks import chi2_fit
 
 from diffspec.ar_image.config import SJDPACConfig
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.pac import pac_layout, pac_sample
 from diffspec.ar_image.lantern_tree import StaticTree
+from diffspec.ar_image.pac import pac_layout, pac_sample
 from diffspec.ar_image.plain import plain_sample
 from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
