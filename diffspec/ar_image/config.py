@@ -123,6 +123,46 @@ class MCSJDConfig(ARSamplingConfig):
 
 
 @dataclass(frozen=True)
+class SJDPACConfig(ARSamplingConfig):
+    """MC-SJD plus proactive alternatives at the window start (method ``sjd-pac``, SJD-PAC style), exact.
+
+    Every round also verifies, in the same target call, a tree of ``width`` alternatives per node
+    and ``depth`` levels hung on the window's first positions (where the last round's first
+    rejection left the window): the main chain is sibling 0, the other siblings are drawn without
+    replacement from the stale row of that position (the law of the main draft). The tree is
+    walked by recursive rejection sampling over siblings (residual updated after every rejected
+    sibling), so the output law is the target's; past the tree the chain is verified as in mc-sjd.
+
+    Args:
+        window: drafts of the main chain verified per call (as :class:`MCSJDConfig`).
+        width: siblings per tree node (1 = no alternatives: mc-sjd's law and acceptance).
+        depth: tree levels (clipped to ``window``).
+        coupling: re-drafting of the chain: ``"maximal"`` (mc-sjd's maximal coupling).
+        init, temperature, top_k, top_p: see :class:`SJDConfig`.
+
+    Example:
+        >>> SJDPACConfig(window=32).width, SJDPACConfig().depth
+        (4, 3)
+    """
+
+    method: ClassVar[str] = "sjd-pac"
+
+    window: int = 64
+    width: int = 4
+    depth: int = 3
+    coupling: str = "maximal"
+    init: str = "uniform"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("window", self.window, 1, 4096)
+        check_int("width", self.width, 1, 16)
+        check_int("depth", self.depth, 1, 8)
+        check_choice("coupling", self.coupling, COUPLINGS[1:2])
+        check_choice("init", self.init, INITS)
+
+
+@dataclass(frozen=True)
 class GSDConfig(ARSamplingConfig):
     """Grouped speculative decoding (method ``gsd``, So et al. ICCV 2025), relaxed (not exact).
 

@@ -74,6 +74,48 @@ def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tens
     return drafts, q if forced is None else torch.where((forced >= 0).unsqueeze(-1), onehot, q)
 
 
+def shift_window(session: ARSession, tokens: torch.Tensor, commit: torch.Tensor, new_commit: torch.Tensor,
+                 commit_vals: torch.Tensor, redraft: torch.Tensor, q_re: torch.Tensor, init: str,
+                 generator: Generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """After a round: commit ``commit_vals`` and move the window of ``L`` drafts to ``new_commit``.
+
+    Args:
+        tokens: ``(B, N)`` committed tokens, then the window's drafts.
+        commit, new_commit: ``(B,)`` commit points before and after the round.
+        commit_vals: ``(B, L + 1)`` values of positions ``commit + k`` (those below ``new_commit`` are committed).
+        redraft: ``(B, L)`` next draft of old window slot ``k`` (position ``commit + k``), with law ``q_re`` ``(B, L, V)``.
+        init: rule for positions entering the window (:func:`init_drafts`).
+
+    Returns:
+        ``(tokens, q)``: the updated tokens and the ``(B, L, V)`` law of each draft of the new window.
+    """
+    batch, n = tokens.shape
+    length, vocab = redraft.shape[1], q_re.shape[-1]
+    ar = torch.arange(length, device=tokens.device)
+    cols = torch.arange(n, device=tokens.device)
+    step = new_commit - commit
+    # window slot k' of the new window was slot k' + step of the old one, or is new
+    src = ar + step.unsqueeze(1)
+    from_old = src < length
+    src = src.clamp(max=length - 1)
+    kept = redraft.gather(1, src)
+    q_kept = q_re.gather(1, src.unsqueeze(-1).expand(-1, -1, vocab))
+    rel_c = cols - commit.unsqueeze(1)
+    is_commit = (rel_c >= 0) & (cols < new_commit.unsqueeze(1))
+    tokens = torch.where(is_commit, commit_vals.gather(1, rel_c.clamp(0, length)), tokens)
+    rel_w = cols - new_commit.unsqueeze(1)
+    in_win = (rel_w >= 0) & (rel_w < length)
+    rel_w = rel_w.clamp(0, length - 1)
+    tokens = torch.where(in_win & from_old.gather(1, rel_w), kept.gather(1, rel_w), tokens)
+    first_new = torch.maximum(commit + length, new_commit)
+    left = tokens.gather(1, (first_new - 1).clamp(max=n - 1).unsqueeze(1)).squeeze(1)
+    new_pos = new_commit.unsqueeze(1) + ar
+    fresh, q_fresh = init_drafts(init, batch, length, vocab, left, generator, window_forced(session, new_pos))
+    drafts = torch.where(from_old, kept, fresh)
+    q = torch.where(from_old.unsqueeze(-1), q_kept, q_fresh)
+    return torch.where(in_win, drafts.gather(1, rel_w), tokens), q
+
+
 def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: str, init: str,
                   sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
                   bar: Any = None, _kept_old_q: bool = False, acceptance: Acceptance | None = None) -> torch.Tensor:
@@ -127,7 +169,6 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
                                 window_forced(session, pos0))
         tokens[:, 1:length + 1] = drafts
         table = GumbelTable(batch, length, vocab, generator, dev) if coupling == "gumbel" else None
-        cols = torch.arange(n, device=dev)
         done, total = 1, batch
         while done < n:
             start = torch.clamp(commit - 1, max=n - length - 1)
@@ -165,27 +206,7 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             if _kept_old_q:
                 q_re = torch.where(res.accepted.unsqueeze(-1), q, q_re)
             new_commit = commit + step
-            # window slot k' of the new window was slot k' + step of the old one, or is new
-            src = ar[:length] + step.unsqueeze(1)
-            from_old = src < length
-            src = src.clamp(max=length - 1)
-            kept = redraft.gather(1, src)
-            q_kept = q_re.gather(1, src.unsqueeze(-1).expand(-1, -1, vocab))
-            rel_c = cols - commit.unsqueeze(1)
-            is_commit = (rel_c >= 0) & (cols < new_commit.unsqueeze(1))
-            tokens = torch.where(is_commit, commit_vals.gather(1, rel_c.clamp(0, length)), tokens)
-            rel_w = cols - new_commit.unsqueeze(1)
-            in_win = (rel_w >= 0) & (rel_w < length)
-            rel_w = rel_w.clamp(0, length - 1)
-            tokens = torch.where(in_win & from_old.gather(1, rel_w), kept.gather(1, rel_w), tokens)
-            first_new = torch.maximum(commit + length, new_commit)
-            left = tokens.gather(1, (first_new - 1).clamp(max=n - 1).unsqueeze(1)).squeeze(1)
-            new_pos = new_commit.unsqueeze(1) + ar[:length]
-            fresh, q_fresh = init_drafts(init, batch, length, vocab, left, generator,
-                                         window_forced(session, new_pos))
-            drafts = torch.where(from_old, kept, fresh)
-            q = torch.where(from_old.unsqueeze(-1), q_kept, q_fresh)
-            tokens = torch.where(in_win, drafts.gather(1, rel_w), tokens)
+            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, q_re, init, generator)
             if table is not None:
                 table.advance(commit, new_commit)
             commit = new_commit

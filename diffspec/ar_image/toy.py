@@ -130,3 +130,32 @@ class ToySession(ARSession):
     def forced_tokens(self) -> torch.Tensor | None:
         """The target's forced tokens."""
         return self.target.forced_tokens()
+
+    def step_tree(self, last: torch.Tensor, start: torch.Tensor, nodes: torch.Tensor, depth: torch.Tensor,
+                  ancestors: torch.Tensor) -> torch.Tensor:
+        """Verify a token tree in one call, with :meth:`LlamaGenSession.step_tree
+        <diffspec.ar_image.llamagen_session.LlamaGenSession.step_tree>`'s semantics: ``last`` ``(B,)``
+        is written at ``start``; node ``j`` is image token ``start + depth[j]`` whose context is its
+        ancestors (parent = the ancestor one level up). Returns ``(B, 1 + M, V)`` logits (row 0:
+        token ``start + 1``; row ``1 + j``: node ``j``'s child position)."""
+        n, v = self.target.num_tokens, self.target.codebook_size
+        rows = torch.arange(self.batch_size)
+        inside = start < n
+        self.cache[rows[inside], start[inside]] = last[inside]
+        up = ancestors & (depth.unsqueeze(0) == depth.unsqueeze(1) - 1)  # up[j, i]: i is j's parent
+        parent = torch.where(up.any(1), up.float().argmax(1), -1)
+        ext = torch.cat([last.unsqueeze(1), nodes], 1)  # column 0: `last`, column 1 + j: node j
+        prev2_0 = torch.cat([torch.full((self.batch_size, 2), v), self.cache], 1).gather(
+            1, (start + 1).clamp(max=n + 1).unsqueeze(1))  # token at start - 1 (begin symbol before 0)
+        prev2 = torch.cat([prev2_0, ext[:, 1 + parent]], 1)
+        labels = self.labels.unsqueeze(1).expand_as(ext)
+        self._tree_nodes = nodes
+        return self.target.mixed_logits(labels, prev2, ext, self.guidance_scale).float()
+
+    def commit_tree(self, start: torch.Tensor, path: torch.Tensor) -> None:
+        """Write the last tree's nodes ``path`` ``(B, D)`` at image positions ``start + 1 .. start + D``."""
+        n = self.target.num_tokens
+        pos = start.unsqueeze(1) + 1 + torch.arange(path.shape[1])
+        inside = pos < n
+        rows = torch.arange(self.batch_size).unsqueeze(1).expand_as(pos)
+        self.cache[rows[inside], pos[inside]] = self._tree_nodes.gather(1, path)[inside]
