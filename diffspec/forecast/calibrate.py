@@ -10,7 +10,11 @@ decide on their own and only the rows that need it are recomputed), plus the ver
 full-step equivalents. Searching with real runs, rather than fitting a curve to shadow
 errors, guarantees the target on the calibration set: the errors depend on the schedule chosen.
 
-The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it.
+The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it. It also
+records ``full_rate``: per step, how often the kept setting's gate ran the step in full on the
+calibration seeds. :func:`replay_schedule` turns it into ``SpecaConfig(replay_steps=...)``, which
+replays that schedule without the verifier (no check cost): the run to report next to the gate's own
+on models whose weights make the gate's decisions unrepresentative (random-weight speed configs).
 """
 
 from __future__ import annotations
