@@ -60,6 +60,20 @@ def check_names(name: str, value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def check_steps(name: str, value: Any) -> tuple[int, ...] | None:
+    """None, or a non-empty collection of distinct step indices >= 0, returned sorted as a tuple."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name}={value!r} must be a list of step indices (ints >= 0) or None")
+    steps = list(value)
+    if not steps or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in steps):
+        raise ValueError(f"{name}={value!r} must be a non-empty list of step indices (ints >= 0) or None")
+    if len(set(steps)) != len(steps):
+        raise ValueError(f"{name}={value!r} repeats a step; each step index may appear once")
+    return tuple(sorted(steps))
+
+
 @dataclass(frozen=True)
 class MethodConfig:
     """Base of every method config: registry metadata plus ``replace``/``to_dict``."""
@@ -175,6 +189,10 @@ class SpecaConfig(MethodConfig):
         metric: ``"rel_l1"`` (ratio of norms, bounded), ``"rel_res"`` (relative to the last
             block's own residual) or ``"rel_l1_mean"`` (the reference code's mean of elementwise
             relative errors, dominated by near-zero entries).
+        replay_steps: replay mode: exactly these step indices (0-based) run in full, and no verifier
+            runs (no check cost). Build it from a calibration record with
+            :func:`diffspec.forecast.calibrate.replay_schedule` (the steps the gate chose most often on
+            the calibration seeds). ``None`` (default): the gate decides.
 
     Defaults (order 1, ``k_min=3``, ``k_max=8``) gave the best PSNR per unit of compute (full
     steps plus verifier blocks) on the trained ``tiny-dit`` among the settings tried (order 1-2,
@@ -206,10 +224,12 @@ class SpecaConfig(MethodConfig):
     granularity: str = "block"
     max_cache_gb: float | None = None
     blocks: tuple[str, ...] | None = None
+    replay_steps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
         check_int("warmup", self.warmup, 1, 10_000)
+        object.__setattr__(self, "replay_steps", check_steps("replay_steps", self.replay_steps))
         check_int("k_min", self.k_min, 0, 1000)
         check_int("k_max", self.k_max, 1, 1000)
         if self.tau0 is not None:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..config import FALLBACK_TAU, ForecastConfig, SpecaConfig
+from ..forecast.calibrate import replay_schedule
 from ..progress import progress
 from .cache_dit_peer import CACHE_DIT_PEERS
 from .peers import calibrate_magcache, taylorseer_identifiers
@@ -37,7 +38,7 @@ from .workload import Workload, count_compute
 CALIBRATION_SEED0 = 100_000
 """Calibration seeds start here: disjoint from the timed seeds (0..batch) and the quality seeds (1000..)."""
 
-EQUAL_METHODS = ("taylor", "speca", "diffusers-taylorseer", "diffusers-fbc", "diffusers-magcache",
+EQUAL_METHODS = ("taylor", "speca", "speca-replay", "diffusers-taylorseer", "diffusers-fbc", "diffusers-magcache",
                  *CACHE_DIT_PEERS, "fewer-steps")
 """The arms of the equal-budget mode (diffusers' TaylorSeer has one arm: its knobs are searched)."""
 
@@ -56,11 +57,13 @@ ATTENTION_FF_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.(attn\d*|ff)$"]
 attention only, so its draft steps still run every MLP and cannot reach small budgets)."""
 
 
-def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str, float] | None = None
-                   ) -> list[dict[str, Any]]:
+def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str, float] | None = None,
+                   full_rate: list[float] | None = None) -> list[dict[str, Any]]:
     """The settings searched for ``method``: knob dicts, each a few values per knob.
 
     ``speca_thresholds``: the calibrated ``tau0`` / ``beta`` / ``tau_min``; candidates scale ``tau0``.
+    ``full_rate``: per step, how often the calibrated gate ran the step in full on the calibration
+    record's seeds; ``speca-replay`` replays its top ``n`` steps (no verifier) for ``n`` near each budget.
 
     Example:
         >>> len(candidate_grid("diffusers-fbc", [13.0]))
@@ -78,6 +81,13 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
         module = [{"granularity": "module", "warmup": 2, "order": 2, "k_max": k, "k_min": m, **tau}
                   for (k, m), tau in itertools.product(SPECA_RUNS, taus)]
         return block + module
+    if method == "speca-replay":
+        if not full_rate:
+            raise ValueError("equal-evals: speca-replay needs the calibration record's full_rate "
+                             "(rerun `diffspec calibrate` on this model)")
+        ns = sorted({n for b in budgets for n in (int(b) - 2, int(b) - 1, int(b)) if 1 <= n <= len(full_rate)})
+        return [{"granularity": g, "order": o, "replay_steps": replay_schedule(full_rate, n)}
+                for g, o, n in itertools.product(("block", "module"), (1, 2), ns)]
     if method == "diffusers-taylorseer":
         return [{"cache": c, "cache_interval": i, "max_order": o, "disable_cache_before_step": w}
                 for c, i, o, w in itertools.product(("attention", "attention+ff"), (3, 4, 5, 6), (1, 2), (2, 3))]
@@ -108,8 +118,8 @@ def build_arm(workload: Workload, method: str, knobs: dict[str, Any], magcache_r
     name = name or method
     if method == "taylor":
         arm = workload.method_arm(method, ForecastConfig().replace(**knobs))
-    elif method == "speca":
-        arm = workload.method_arm(method, SpecaConfig().replace(**knobs))
+    elif method in ("speca", "speca-replay"):
+        arm = workload.method_arm("speca", SpecaConfig().replace(**knobs))
     elif method == "fewer-steps":
         k = knobs["num_inference_steps"]
         arm = Arm(name, lambda seeds: workload.generate(seeds, steps=k), peer=True, config=dict(knobs))
@@ -158,12 +168,13 @@ def select(search: list[dict[str, Any]], budget: float) -> dict[str, Any]:
 
 def search_settings(workload: Workload, methods: list[str], budgets: list[float], calibration_seeds: list[int],
                     speca_thresholds: dict[str, float] | None, magcache_ratios: list[float] | None,
-                    show_progress: bool = True) -> tuple[dict[str, list[dict[str, Any]]], int]:
+                    show_progress: bool = True, full_rate: list[float] | None = None
+                    ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """Run every candidate of every method once on ``calibration_seeds``; returns the search and full units."""
     baseline = Arm("baseline", lambda seeds: workload.generate(seeds))
     per_call, reference = count_compute(workload, baseline, calibration_seeds)
     full_units = max(per_call)
-    jobs = [(m, knobs) for m in methods for knobs in candidate_grid(m, budgets, speca_thresholds)]
+    jobs = [(m, knobs) for m in methods for knobs in candidate_grid(m, budgets, speca_thresholds, full_rate)]
     searched: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     with torch.inference_mode():
         for method, knobs in progress(jobs, desc="equal-evals search", disable=not show_progress):
@@ -175,8 +186,8 @@ def search_settings(workload: Workload, methods: list[str], budgets: list[float]
 
 def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: list[float], device: torch.device,
                     repeats: int, warmup: int, quality_samples: int, calibration_samples: int | None = None,
-                    show_progress: bool = True, resolve_speca: Callable[[], dict[str, float]] | None = None
-                    ) -> dict[str, Any]:
+                    show_progress: bool = True, resolve_speca: Callable[[], dict[str, float]] | None = None,
+                    resolve_full_rate: Callable[[], list[float] | None] | None = None) -> dict[str, Any]:
     """Search each arm's setting per budget, then measure all kept settings side by side.
 
     Returns ``{"runs", "equal_evals"}``: runs named ``METHOD@BUDGET`` in the order budget, method, with
@@ -197,19 +208,21 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
     n = calibration_samples or workload.batch
     calibration_seeds = list(range(CALIBRATION_SEED0, CALIBRATION_SEED0 + n))
     thresholds = resolve_speca() if resolve_speca and "speca" in methods else None
+    full_rate = resolve_full_rate() if resolve_full_rate and "speca-replay" in methods else None
     ratios = None
     if "diffusers-magcache" in methods:
         with torch.inference_mode():
             ratios = calibrate_magcache(workload.transformer, workload.steps,
                                         lambda: workload.generate(calibration_seeds))
-    searched, _ = search_settings(workload, methods, budgets, calibration_seeds, thresholds, ratios, show_progress)
+    searched, _ = search_settings(workload, methods, budgets, calibration_seeds, thresholds, ratios, show_progress,
+                                  full_rate)
     arms = [Arm("baseline", lambda seeds: workload.generate(seeds), config={"num_inference_steps": workload.steps})]
     chosen: dict[str, tuple[float, str, dict[str, Any]]] = {}
     for budget in budgets:
         for method in methods:
             pick = select(searched[method], budget)
             arm = build_arm(workload, method, pick["knobs"], ratios, name=f"{method}@{budget:g}")
-            arm.peer = method not in ("taylor", "speca")
+            arm.peer = method not in ("taylor", "speca", "speca-replay")
             arms.append(arm)
             chosen[arm.name] = (budget, method, pick)
     runs = run_arms(workload, arms, device=device, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
@@ -221,6 +234,7 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
                               "calibration_psnr": pick["psnr"], "over_budget_in_search": pick["over_budget"]})
     return {"runs": runs, "equal_evals": {
         "budgets": budgets, "calibration_seeds": calibration_seeds, "speca_calibrated_thresholds": thresholds,
+        "speca_replay_full_rate": full_rate,
         "magcache_ratios_from": "calibrate=True run on the calibration seeds" if ratios else None,
         "rule": "per arm and budget: the searched setting with the best PSNR vs the full run on the calibration "
                 "seeds among those with counted evals per generation <= budget; if none, the cheapest (over_budget)",

@@ -10,7 +10,11 @@ decide on their own and only the rows that need it are recomputed), plus the ver
 full-step equivalents. Searching with real runs, rather than fitting a curve to shadow
 errors, guarantees the target on the calibration set: the errors depend on the schedule chosen.
 
-The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it.
+The result is saved as ``diffspec_speca.json`` in the model folder, where ``speca`` finds it. It also
+records ``full_rate``: per step, how often the kept setting's gate ran the step in full on the
+calibration seeds. :func:`replay_schedule` turns it into ``SpecaConfig(replay_steps=...)``, which
+replays that schedule without the verifier (no check cost): the run to report next to the gate's own
+on models whose weights make the gate's decisions unrepresentative (random-weight speed configs).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..config import SpecaConfig, check_float
+from ..config import SpecaConfig, check_float, check_int
 from ..progress import progress
 from ..stats import SpecStats
 
@@ -73,14 +77,61 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
         grid.append({"tau0": tau0, "beta": beta, "psnr": psnr(images, reference, data_range),
                      "full_steps": round(stats.target_evals + stats.extra.get("verifier_evals", 0.0), 3)
                      if stats else None, "all_rejected": all_rejected(stats)})
+        grid[-1]["full_rate"] = step_full_rate(stats)
     useful = [g for g in grid if not g["all_rejected"]] or grid
     ok = [g for g in useful if g["psnr"] >= target_psnr]
     best = min(ok, key=lambda g: (g["full_steps"], -g["psnr"])) if ok else max(useful, key=lambda g: g["psnr"])
     return {"method": "speca", "tau0": best["tau0"], "beta": best["beta"], "tau_min": 0.0,
             "target_psnr": target_psnr, "reached": bool(ok), "psnr": best["psnr"],
             "full_steps": best["full_steps"],  # per sample, verifier included
+            "full_rate": best.pop("full_rate"),
             "base": {k: v for k, v in base.to_dict().items() if k not in ("tau0", "beta", "tau_min")},
-            "probe_errors": [min(errors), max(errors)], "grid": grid}
+            "probe_errors": [min(errors), max(errors)],
+            "grid": [{k: v for k, v in g.items() if k != "full_rate"} for g in grid]}
+
+
+def step_full_rate(stats: SpecStats | None) -> list[float] | None:
+    """Per step, the fraction of batch rows the gate computed in full (averaged over the step's calls).
+
+    Example:
+        >>> step_full_rate(SpecStats(extra={"full_by_step": [2.0, 0.5], "calls_by_step": [2, 1]}))
+        [1.0, 0.5]
+    """
+    if stats is None or "full_by_step" not in stats.extra:
+        return None
+    return [round(f / max(c, 1), 4) for f, c in zip(stats.extra["full_by_step"], stats.extra["calls_by_step"])]
+
+
+def replay_schedule(full_rate: Sequence[float], n_full: int) -> tuple[int, ...]:
+    """``n_full`` steps placed with the density of the gate's full steps (``full_rate``, from a calibration
+    record), for ``SpecaConfig(replay_steps=...)``: the ``k``-th step is where the cumulative rate first
+    reaches ``(k + 1/2) / n_full`` of its total, so a 0/1 record replayed at its own size gives back its
+    own steps and smaller sizes thin it out evenly (a "most frequent steps" rule would bunch them where
+    the record starts). Step 0 is always kept (every row needs an anchor); collisions are filled by the
+    highest-rate free steps (ties: earlier).
+
+    Raises:
+        ValueError: ``n_full`` outside ``[1, len(full_rate)]``.
+
+    Example:
+        >>> replay_schedule([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0], 4)
+        (0, 2, 4, 6)
+        >>> replay_schedule([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0], 2)
+        (0, 4)
+    """
+    check_int("n_full", n_full, 1, len(full_rate))
+    rate = torch.tensor([max(float(r), 0.0) for r in full_rate], dtype=torch.float64)
+    cum = rate.cumsum(0)
+    total = float(cum[-1])
+    chosen = {0}
+    if total > 0:
+        targets = (torch.arange(n_full, dtype=torch.float64) + 0.5) / n_full * total
+        chosen |= set(torch.searchsorted(cum, targets - 1e-9 * total).clamp_max(len(rate) - 1).tolist())
+    rest = sorted((s for s in range(len(rate)) if s not in chosen), key=lambda s: (-float(rate[s]), s))
+    while len(chosen) > n_full:  # step 0 added beyond the quantiles: drop the lowest-rate latest pick
+        chosen.remove(min(chosen - {0}, key=lambda s: (float(rate[s]), -s)))
+    chosen |= set(rest[: n_full - len(chosen)])
+    return tuple(sorted(chosen))
 
 
 def all_rejected(stats: SpecStats | None) -> bool:

@@ -23,7 +23,8 @@ class Schedule:
     A step is full during ``warmup``, at the last step (``last_step_full``), for a row that has
     no anchors yet, and when ``k_max`` steps have passed since the row's last full step. Other
     steps are drafts; with ``verify``, a draft is checked once ``k_min`` drafts ran in a row.
-    ``taylor`` is the schedule without verification (``k_max = interval``).
+    ``taylor`` is the schedule without verification (``k_max = interval``). With ``fixed`` (``speca``'s
+    replay mode) exactly those steps are full, plus any step where a row has no anchor yet.
     """
 
     warmup: int
@@ -31,9 +32,12 @@ class Schedule:
     last_step_full: bool = True
     k_min: int = 0
     verify: bool = False
+    fixed: frozenset[int] | None = None
 
     @classmethod
     def of(cls, config: ForecastConfig | SpecaConfig) -> Schedule:
+        if isinstance(config, SpecaConfig) and config.replay_steps is not None:
+            return cls(config.warmup, config.k_max, config.last_step_full, fixed=frozenset(config.replay_steps))
         if isinstance(config, SpecaConfig):
             verify = not math.isinf(config.tau(0.0))
             return cls(config.warmup, config.k_max, config.last_step_full, config.k_min, verify)
@@ -41,7 +45,11 @@ class Schedule:
 
     def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
         """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
-        if since_full is None or step < self.warmup:
+        if since_full is None:
+            return True
+        if self.fixed is not None:
+            return step in self.fixed
+        if step < self.warmup:
             return True
         if self.last_step_full and num_steps is not None and step >= num_steps - 1:
             return True

@@ -268,6 +268,14 @@ class ForecastHooks(ModuleForecasts):
             held = sum(f.nbytes for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
             self._peak_bytes = max(self._peak_bytes, held)
             stats.extra_mem_gb = self._peak_bytes / 1e9
+        if self.verify:  # where the gate put its full steps: rows computed in full, per step (summed over calls)
+            by_step = stats.extra.setdefault("full_by_step", [])
+            calls = stats.extra.setdefault("calls_by_step", [])
+            step = self.tracker.step
+            by_step.extend([0.0] * (step + 1 - len(by_step)))
+            calls.extend([0] * (step + 1 - len(calls)))
+            by_step[step] += recompute.count(True) / len(recompute)
+            calls[step] += 1
         if drafted:
             stats.draft_calls += 1
             stats.proposed += self._full_rows.count(False)

@@ -21,7 +21,7 @@ def test_select_keeps_the_best_calibration_psnr_within_the_budget():
 
 def test_grids_cover_every_method_and_the_budgets():
     for method in EQUAL_METHODS:
-        assert candidate_grid(method, [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.0})
+        assert candidate_grid(method, [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.0}, [0.5] * 50)
     assert {c["num_inference_steps"] for c in candidate_grid("fewer-steps", [13.0, 20.0])} == {11, 12, 13, 18, 19, 20}
     speca = candidate_grid("speca", [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.001})
     assert {c["tau0"] for c in speca} == {0.03, 0.1, 0.3}  # scaled from the calibrated value
@@ -46,8 +46,8 @@ def test_speca_grid_reaches_small_budgets():
 def _small_grid(monkeypatch):
     full = equal_evals.candidate_grid
 
-    def grid(method, budgets, thresholds=None):
-        g = full(method, budgets, thresholds)
+    def grid(method, budgets, thresholds=None, full_rate=None):
+        g = full(method, budgets, thresholds, full_rate)
         return g if method == "fewer-steps" else g[::7]  # every seventh setting keeps the test fast
 
     monkeypatch.setattr(equal_evals, "candidate_grid", grid)
