@@ -6,7 +6,8 @@ decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L6
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
 ``mc-sjd-gumbel``, and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
-its default static tree, ``lantern++-chain`` a chain of 4), each ``"exact": false`` with its
+its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
+acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
 same-seed difference from the baseline and its per-token TV budget. Reported per arm: target calls per image and step compression (tokens per
 call) at the timed batch and over the quality set, wall-clock (interleaved, warmed up), and
 quality: reference FID and class accuracy of the decoded images, and for exact arms a
@@ -43,6 +44,10 @@ ARMS: dict[str, dict[str, Any]] = {
     "lantern": {"method": "lantern"},
     "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},
+    "lantern-residual": {"method": "lantern", "acceptance": "residual"},
+    "lantern++-residual": {"method": "lantern++", "acceptance": "residual"},
+    "lantern-d0.3": {"method": "lantern", "delta": 0.3},
+    "lantern++-d0.3": {"method": "lantern++", "delta": 0.3, "lam": 4.0},
 }
 QUALITY_CHUNK = 250
 SAME_SEED_SAMPLES = 200
