@@ -48,6 +48,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "lantern++-residual": {"method": "lantern++", "acceptance": "residual"},
     "lantern-d0.3": {"method": "lantern", "delta": 0.3},
     "lantern++-d0.3": {"method": "lantern++", "delta": 0.3, "lam": 4.0},
+    "lantern++-d0.05": {"method": "lantern++", "delta": 0.05},
 }
 QUALITY_CHUNK = 250
 SAME_SEED_SAMPLES = 200
