@@ -49,6 +49,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "lantern-d0.3": {"method": "lantern", "delta": 0.3},
     "lantern++-d0.3": {"method": "lantern++", "delta": 0.3, "lam": 4.0},
     "lantern++-d0.05": {"method": "lantern++", "delta": 0.05},
+    "lantern++-d0.1-t8": {"method": "lantern++", "delta": 0.1, "tree": (8, 2, 2, 1, 1, 1)},
 }
 QUALITY_CHUNK = 250
 SAME_SEED_SAMPLES = 200
