@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, feats: torch.Tensor,
                 cache: list[tuple[torch.Tensor, torch.Tensor]], commit: torch.Tensor, length: int,
-                sampling: dict[str, Any], generator: Generators) -> tuple[torch.Tensor, torch.Tensor]:
+                sampling: dict[str, Any], generator: Generators, top: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Draft ``length`` tokens per row from position ``commit``; writes them into ``tokens``/``feats``.
 
     The first drafter call re-feeds the ``length + 2`` pairs ending at ``commit - 1`` (every pair
@@ -47,6 +47,7 @@ def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, 
     static KV cache ``cache``.
 
     Args:
+        top: draft the drafter's most likely token (certain candidates) instead of a draw from ``q``.
         tokens: ``(B, S)`` token buffer (committed tokens before ``commit``); drafts are written in place.
         feats: ``(R, S, dim)`` feature buffer, ``R = cfg_branches * B`` (real features before ``commit``).
 
@@ -67,7 +68,7 @@ def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, 
         f = out.gather(1, (rows - fed[:, 0]).view(-1, 1, 1).expand(-1, 1, dim))  # (R, 1, dim)
         q = warp(mix_cfg(head.logits(f[:, 0]), batch, scale), **sampling)
         q = force(q, window_forced(session, pos + 1))
-        d = sample(q, generator)
+        d = q.argmax(-1) if top else sample(q, generator)
         tokens.scatter_(1, (pos + 1).unsqueeze(1), d.unsqueeze(1))
         feats.scatter_(1, (rows + 1).view(-1, 1, 1).expand(-1, 1, f.shape[-1]), f.to(feats.dtype))
         drafts.append(d)
@@ -77,7 +78,8 @@ def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, 
 
 def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, neighbours: torch.Tensor,
                    draft_length: int, delta: float, lam: float | None, sampling: dict[str, Any],
-                   generator: Generators, stats: SpecStats | None = None, bar: Any = None) -> torch.Tensor:
+                   generator: Generators, stats: SpecStats | None = None, bar: Any = None,
+                   acceptance: str = "certain") -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens with LANTERN (relaxed unless ``delta = 0`` and no ``lam``).
 
     Args:
@@ -92,6 +94,8 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
         stats: counters (``target_calls`` with the prefill, ``draft_calls``, ``accepted``/``proposed``,
             ``extra``: ``step_compression``, ``tokens_per_call``, ``tv_budget_mean`` over verified drafts).
         bar: a tqdm bar advanced by the tokens committed each round.
+        acceptance: ``"certain"`` (drafts = the drafter's argmax, emitted law within ``delta``) or
+            ``"residual"`` (drafts from ``q``); see :func:`~diffspec.ar_image.relaxed.relaxed_mrs`.
 
     Raises:
         ValueError: the session does not expose its hidden states.
@@ -123,7 +127,8 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
     if bar is not None:
         bar.update(batch)
     while done < n:
-        drafts, q = draft_chain(head, session, tokens, feats, cache, commit, length, sampling, generator)
+        drafts, q = draft_chain(head, session, tokens, feats, cache, commit, length, sampling, generator,
+                                top=acceptance == "certain")
         draft_calls += length
         start = torch.clamp(commit - 1, max=n - length - 1)
         logits = session.step(tokens.gather(1, start.unsqueeze(1) + ar), start)
@@ -136,7 +141,7 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
         pos = commit.unsqueeze(1) + ar
         p = force(p, window_forced(session, pos))
         valid = pos[:, :length] < n
-        res = relaxed_mrs(p[:, :length], q, drafts, neighbours, delta, lam, generator)
+        res = relaxed_mrs(p[:, :length], q, drafts, neighbours, delta, lam, generator, acceptance)
         lead = (res.accepted & valid).long().cumprod(1).sum(1)
         accepted += lead.sum()
         proposed += valid.sum()

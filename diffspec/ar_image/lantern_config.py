@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from ..config import check_float, check_int
 from .config import ARSamplingConfig
+from .relaxed import ACCEPTANCE
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,14 @@ class LanternConfig(ARSamplingConfig):
         draft_length: drafts per round (one drafter call each, one target call per round).
         k: neighbourhood size (capped at ``codebook_size - 1``).
         delta: additive TV budget per token, in ``[0, 1]``.
+        acceptance: ``"certain"`` (default; LANTERN's official rule): drafts are the drafter's top
+            tokens, treated as certain, accepted with ``p~(x)``; a rejection zeroes ``x`` and the
+            neighbours moved onto it before resampling, so the *emitted* token's law is within
+            ``delta`` of ``p`` (TV) whatever the drafter. ``"residual"``: drafts sampled from ``q``,
+            accepted with ``min(1, p~(x)/q(x))``, residual ``(p - q)_+``; more acceptance, but
+            only the per-draft budget is ``<= delta``: the emitted law can be up to ``TV(p, q)``
+            from ``p`` (tiny-ar at ``k=1000, delta=0.1``: FID 511). Default ``"certain"`` because
+            only it keeps the documented budget.
         drafter: folder of an :class:`~diffspec.ar_image.drafter.EagleDrafter`; ``""`` = the target's
             shipped ``drafter/`` (``tiny-ar``).
         temperature, top_k, top_p: see :class:`~diffspec.ar_image.config.ARSamplingConfig`.
@@ -41,9 +50,12 @@ class LanternConfig(ARSamplingConfig):
     k: int = 1000
     delta: float = 0.1
     drafter: str = ""
+    acceptance: str = "certain"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.acceptance not in ACCEPTANCE:
+            raise ValueError(f"acceptance={self.acceptance!r} is not allowed; choose one of {ACCEPTANCE}")
         check_int("draft_length", self.draft_length, 1, 64)
         check_int("k", self.k, 1)
         check_float("delta", self.delta, 0.0, 1.0)
@@ -64,7 +76,7 @@ class LanternPPConfig(LanternConfig):
             length is the draft depth and ``draft_length`` is not used.
         lam: multiplicative cap, ``>= 1`` (1 = exact).
         delta: additive cap as in :class:`LanternConfig` (1 = none).
-        draft_length, k, drafter, temperature, top_k, top_p: see :class:`LanternConfig`.
+        draft_length, k, drafter, acceptance, temperature, top_k, top_p: see :class:`LanternConfig`.
 
     Example:
         >>> LanternPPConfig(tree=[3, 2, 1]).tree

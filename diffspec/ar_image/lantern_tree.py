@@ -40,7 +40,7 @@ import torch
 from .. import kernels
 from ..stats import SpecStats
 from .plain import record_rounds, round_progress, window_forced
-from .relaxed import neighbour_budget
+from .relaxed import certain_mrs, neighbour_budget
 from .sampling import Generators, force, sample, uniform, warp
 from .target import mix_cfg
 
@@ -103,7 +103,7 @@ class StaticTree:
 
 def _draft_tree(head: FeatureDrafter, session: LlamaGenSession, tokens: torch.Tensor, feats: torch.Tensor,
                 cache: list[tuple[torch.Tensor, torch.Tensor]], commit: torch.Tensor, tree: StaticTree,
-                ancestors: torch.Tensor, sampling: dict[str, Any], generator: Generators
+                ancestors: torch.Tensor, sampling: dict[str, Any], generator: Generators, top: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """Draft the tree from position ``commit`` (one drafter call per depth).
 
@@ -113,7 +113,7 @@ def _draft_tree(head: FeatureDrafter, session: LlamaGenSession, tokens: torch.Te
     """
     batch, branches = session.batch_size, session.cfg_branches
     scale = getattr(session, "guidance_scale", 1.0)
-    greedy = sampling.get("temperature", 1.0) == 0
+    greedy = top or sampling.get("temperature", 1.0) == 0
     dim, size, depth = feats.shape[-1], feats.shape[1], tree.depth
     # depth 1: the chain's first call (re-feed the pairs the last verification may have changed)
     first = (commit - depth - 2).clamp(min=0)
@@ -167,7 +167,8 @@ def _draft_tree(head: FeatureDrafter, session: LlamaGenSession, tokens: torch.Te
 
 def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: FeatureDrafter, neighbours: torch.Tensor,
                         tree: StaticTree, delta: float, lam: float | None, sampling: dict[str, Any],
-                        generator: Generators, stats: SpecStats | None = None, bar: Any = None) -> torch.Tensor:
+                        generator: Generators, stats: SpecStats | None = None, bar: Any = None,
+                        acceptance: str = "certain") -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens with LANTERN++ static-tree drafting.
 
     Args:
@@ -182,6 +183,10 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
         stats: counters as :func:`~diffspec.ar_image.lantern.lantern_sample` (``proposed`` counts
             path positions, ``tv_budget_mean`` is over tested candidates); ``extra["tree_nodes"]``.
         bar: a tqdm bar advanced by the tokens committed each round.
+        acceptance: ``"certain"``: the children are the drafter's top tokens, tested in turn with
+            :func:`~diffspec.ar_image.relaxed.certain_mrs` on the unnormalised rest of ``p``, one
+            budget ``delta`` shared by the siblings (emitted law within ``delta`` of ``p``);
+            ``"residual"``: the walk described above.
 
     Raises:
         ValueError: the session cannot verify trees or exposes no hidden states.
@@ -191,7 +196,10 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
                          "trees need a LlamaGen-style session")
     batch, n, branches = session.batch_size, num_tokens, session.cfg_branches
     dev = session.first_logits.device
-    greedy = sampling.get("temperature", 1.0) == 0
+    certain = acceptance == "certain"
+    if not certain and acceptance != "residual":
+        raise ValueError(f"acceptance={acceptance!r}; allowed: ('certain', 'residual')")
+    greedy = certain or sampling.get("temperature", 1.0) == 0
     depth_n = tree.depth
     depth, _, ancestors = tree.layout(dev)
     size = n + depth_n + 1
@@ -216,7 +224,7 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
         bar.update(batch)
     while done < n:
         nodes, valid, qs = _draft_tree(head, session, tokens, feats, cache, commit, tree, ancestors, sampling,
-                                       generator)
+                                       generator, top=certain)
         draft_calls += depth_n
         start = commit - 1
         logits = session.step_tree(tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes, depth, ancestors)
@@ -239,8 +247,21 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
             chosen = torch.full((batch,), -1, dtype=torch.long, device=dev)
             resid = torch.zeros(batch, dtype=torch.long, device=dev)
             pr, taken = cur_p, torch.zeros_like(q_par)
+            spent = torch.zeros(batch, device=dev)
             for r in range(b):  # siblings: recursive rejection, each test needs the last residual
                 xr = x[:, r]
+                searching = (chosen < 0) & ok[:, r]
+                if certain:  # pr: unnormalised rest of p; the siblings share one budget
+                    acc, tok, budget, rest = certain_mrs(pr, xr, neighbours, (delta - spent).clamp_min(0), lam,
+                                                         u[:, d, r, 0], u[:, d, r, 1])
+                    budget_sum += (budget * (searching & alive)).sum()
+                    tested += (searching & alive).sum()
+                    chosen = torch.where(searching & acc, r, chosen)
+                    rejected = searching & ~acc
+                    resid = torch.where(rejected, tok, resid)
+                    spent = spent + torch.where(searching, budget, 0.0)
+                    pr = torch.where(rejected.unsqueeze(-1), rest, pr)
+                    continue
                 if greedy:
                     qr = torch.zeros_like(q_par).scatter_(-1, xr.unsqueeze(-1), 1.0)
                 elif r == 0:
@@ -252,7 +273,6 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
                 px, qx = pr.gather(-1, xr.unsqueeze(-1)).squeeze(-1), qr.gather(-1, xr.unsqueeze(-1)).squeeze(-1)
                 acc, tok = kernels.rejection_sample(pr, qr, xr, u[:, d, r, 0], u[:, d, r, 1],
                                                     accept_mass=(px + budget, qx))
-                searching = (chosen < 0) & ok[:, r]
                 budget_sum += (budget * (searching & alive)).sum()
                 tested += (searching & alive).sum()
                 chosen = torch.where(searching & acc, r, chosen)

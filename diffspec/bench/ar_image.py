@@ -7,7 +7,8 @@ MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, windo
 ``mc-sjd-gumbel``, ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
 window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
-its default static tree, ``lantern++-chain`` a chain of 4), each ``"exact": false`` with its
+its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
+acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
 same-seed difference from the baseline and its per-token TV budget. Reported per arm: target calls per image and step compression (tokens per
 call) at the timed batch and over the quality set, wall-clock (interleaved, warmed up), and
 quality: reference FID and class accuracy of the decoded images, and for exact arms a
@@ -45,6 +46,12 @@ ARMS: dict[str, dict[str, Any]] = {
     "lantern": {"method": "lantern"},
     "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},
+    "lantern-residual": {"method": "lantern", "acceptance": "residual"},
+    "lantern++-residual": {"method": "lantern++", "acceptance": "residual"},
+    "lantern-d0.3": {"method": "lantern", "delta": 0.3},
+    "lantern++-d0.3": {"method": "lantern++", "delta": 0.3, "lam": 4.0},
+    "lantern++-d0.05": {"method": "lantern++", "delta": 0.05},
+    "lantern++-d0.1-t8": {"method": "lantern++", "delta": 0.1, "tree": (8, 2, 2, 1, 1, 1)},
 }
 QUALITY_CHUNK = 250
 SAME_SEED_SAMPLES = 200

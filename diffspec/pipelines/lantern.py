@@ -72,9 +72,10 @@ class LanternPipeline(ARImagePipeline):
         tree = tuple(getattr(config, "tree", ()))
         if any(b > 1 for b in tree):
             return lantern_tree_sample(session, self.pipe.num_tokens, self.head, self.neighbours, StaticTree(tree),
-                                       config.delta, config.lam, config.sampling, generator, self.stats, bar)
+                                       config.delta, config.lam, config.sampling, generator, self.stats, bar,
+                                       acceptance=config.acceptance)
         if tree:  # all ones: the chain (the tree engine gives the same tokens, tested)
             config = config.replace(draft_length=len(tree))
         return lantern_sample(session, self.pipe.num_tokens, self.head, self.neighbours, config.draft_length,
                               config.delta, getattr(config, "lam", None), config.sampling, generator, self.stats,
-                              bar)
+                              bar, acceptance=config.acceptance)

@@ -119,7 +119,7 @@ def test_relaxed_mrs_output_law(delta: float) -> None:
     budget = neighbour_budget(p.expand(vocab, -1), torch.arange(vocab), nb, delta)
     law = _one_step_law(p, q, budget)
     draft = torch.multinomial(q, n, replacement=True, generator=g)
-    res = relaxed_mrs(p.expand(n, -1), q.expand(n, -1), draft, nb, delta, None, g)
+    res = relaxed_mrs(p.expand(n, -1), q.expand(n, -1), draft, nb, delta, None, g, "residual")
     assert chi2_fit(res.tokens, law)[2] > 1e-3
     if delta == 0:
         assert torch.allclose(law, p.double().float(), atol=1e-6)  # exact speculative sampling

@@ -27,7 +27,7 @@ def test_peaked_target_broad_drafter_emits_far_from_p_at_small_delta() -> None:
     law = _law(p, q, budget)
     assert float(0.5 * (law - p).abs().sum()) > 0.5  # ... yet the emitted law is > 5 delta from p
     draft = torch.multinomial(q, n, replacement=True, generator=g)
-    res = relaxed_mrs(p.expand(n, -1), q.expand(n, -1), draft, nb, delta, None, g)
+    res = relaxed_mrs(p.expand(n, -1), q.expand(n, -1), draft, nb, delta, None, g, "residual")
     assert chi2_fit(res.tokens, law)[2] > 1e-3  # the sampler follows that law
     capped = _law(p, q, neighbour_budget(p.expand(vocab, -1), torch.arange(vocab), nb, delta, lam=2.0))
     assert float(capped[1:].sum()) <= 2 * float(p[1:].sum()) + 1e-6  # lantern++'s cap: tail mass at most doubled
