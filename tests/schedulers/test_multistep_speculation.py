@@ -3,7 +3,7 @@
 A small nonlinear epsilon model on 8-dimensional states; two-sample tests (energy distance with a
 permutation test, per-coordinate KS with Bonferroni) of final samples against the plain sampler on
 independent seeds. A planted bug (the committed history not updated after a round, so later steps
-use a stale previous output) must fail the same test.
+use a stale previous output) must fail the same test, for both samplers.
 """
 
 import pytest
@@ -50,11 +50,17 @@ def reference():
     return plain(300)
 
 
-class StaleHistory(SpeculativeSampler):
+def _stale(hist, new, committed):
     """Planted bug: the committed history is never updated after a round (a stale multistep term)."""
+    return hist
 
-    def _committed_history(self, hist, new, committed):
-        return hist
+
+class StaleCoupling(SpeculativeSampler):
+    _committed_history = staticmethod(_stale)
+
+
+class StaleAutospec(AutospecSampler):
+    _committed_history = staticmethod(_stale)
 
 
 @pytest.mark.parametrize("make", [
@@ -73,9 +79,9 @@ def test_speculative_multistep_samples_have_the_plain_law(reference, make):
     assert report["passed"], report
 
 
-def test_a_stale_history_fails_the_same_test(reference):
-    stats = SpecStats()
-    out = samples(StaleHistory(kernel(), denoise, CouplingConfig(lookahead=4), stats), 300, seed=10)
+@pytest.mark.parametrize("cls,config", [(StaleCoupling, CouplingConfig), (StaleAutospec, AutospecConfig)])
+def test_a_stale_history_fails_the_same_test(reference, cls, config):
+    out = samples(cls(kernel(), denoise, config(lookahead=4), SpecStats()), 300, seed=10)
     report = same_law(reference, out)
     assert not report["passed"], report
 
