@@ -3,6 +3,8 @@
 Two suite runs concatenated into one JSON (the first, cost only, is quick; the second measures
 quality), from the repository root:
 ``OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/exact_diffusion_sweep.py OUT.json [QUALITY_SAMPLES]``.
+Quality of every arm at 50 and 250 steps is then added by ``scripts/exact_diffusion_quality_sweep.py``
+(which re-runs those groups and replaces their runs in OUT.json).
 """
 
 import json

@@ -24,7 +24,7 @@ import torch
 from ..api import SpeculativePipeline
 from ..config import AutospecConfig, CouplingConfig, MethodConfig
 from ..progress import progress
-from ..schedulers.autospec import AutospecSampler
+from ..schedulers.autospec import ASD_SCHEDULERS, AutospecSampler
 from ..schedulers.forecast_draft import FORECAST_DRAFTS, ForecastDraftSampler
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import SpeculativeSampler, plain_sample
@@ -57,8 +57,9 @@ class CouplingPipeline(SpeculativePipeline):
             raise ValueError(f"{type(config).__name__} is not an exact sampling config")
         kernel = GaussianTransition(target.scheduler, 2, eta=getattr(config, "eta", 1.0),
                                     mu=1.0 if target.scheduler.config.get("use_dynamic_shifting") else None)
-        if isinstance(config, AutospecConfig) and kernel.name != "DDPMScheduler":
-            raise ValueError(f"method 'autospec' (ASD) needs DDPMScheduler; the pipeline has {kernel.name}. "
+        if isinstance(config, AutospecConfig) and kernel.name not in ASD_SCHEDULERS:
+            raise ValueError(f"method 'autospec' (ASD) needs {' or '.join(ASD_SCHEDULERS)}; the pipeline has "
+                             f"{kernel.name}. "
                              "pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config), or method='coupling'")
         return cls(target, config)
 

@@ -13,7 +13,11 @@ known exactly:
 If every step was kept, the last row's ``x0`` is the next root's; after a rejection the corrected
 state is evaluated at the start of the next round (one more call, batched over the trajectories
 that need it). With a DDPM kernel the frozen-``x0`` mean is the scheduler's own affine mean, so the
-first step is exact.
+first step is exact. The same holds for the multistep SDE-DPM-Solver(++) kernels (mean affine in
+``x0`` and the history of converted outputs, see
+:class:`~diffspec.schedulers.speculative.SpeculativeSampler` for how the history is carried), which
+are accepted too: exactness comes from the coupling, the exchangeability argument only explains
+why the draft is good for DDPM.
 """
 
 from __future__ import annotations
@@ -27,24 +31,28 @@ from ..kernels import reflection_coupling
 from ..speculation.coupling import first_rejections
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
-from .speculative import Denoise, Generators, SpeculativeSampler, draw
+from .speculative import Denoise, Generators, SpeculativeSampler, chain_history, draw
+
+ASD_SCHEDULERS = ("DDPMScheduler", "DPMSolverMultistepScheduler")
+"""Kernels whose mean with the root's exact ``x0`` frozen is the target mean (the first step is exact)."""
 
 
 class AutospecSampler(SpeculativeSampler):
-    """ASD on a DDPM :class:`GaussianTransition` (see the module docstring).
+    """ASD on a DDPM (or multistep SDE-DPM-Solver) :class:`GaussianTransition` (see the module docstring).
 
     Raises:
-        ValueError: a kernel other than ``DDPMScheduler``'s.
+        ValueError: a kernel other than those of :data:`ASD_SCHEDULERS`.
     """
 
     def __init__(self, kernel: GaussianTransition, denoise: Denoise, config: AutospecConfig, stats: SpecStats) -> None:
-        if kernel.name != "DDPMScheduler":
-            raise ValueError(f"method 'autospec' (ASD) is the exchangeability sampler of DDPM; the scheduler is "
-                             f"{kernel.name}. Use DDPMScheduler, or method='coupling' for DDIM / Euler-Ancestral")
+        if kernel.name not in ASD_SCHEDULERS:
+            raise ValueError(f"method 'autospec' (ASD) needs one of {', '.join(ASD_SCHEDULERS)}; the scheduler is "
+                             f"{kernel.name}. Use DDPMScheduler, or method='coupling' for the others")
         super().__init__(kernel, denoise, config, stats)  # type: ignore[arg-type]
 
-    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
-        return self.kernel.draft_mean(y, steps, frozen)
+    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor,
+                    hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._kernel_draft(y, steps, frozen, hist)
 
     def sample(self, x: torch.Tensor, generator: Generators = None,
                on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
@@ -56,11 +64,13 @@ class AutospecSampler(SpeculativeSampler):
         fresh = torch.zeros(batch, dtype=torch.bool)  # frozen holds x0 at the current root (host)
         lookahead = torch.full((batch,), self.config.lookahead, dtype=torch.long)  # per trajectory (host)
         self.state = x  # the committed states, updated in place each round (read by callbacks)
+        self.hist = self._new_history(x)  # committed multistep history (None: one-state kernel)
         while bool((n < n_stoch).any()):
             stale = ((n < n_stoch) & ~fresh).nonzero().flatten()
             if stale.numel():  # roots not evaluated yet (start, or a corrected state): one batched call
                 rows = stale.to(x.device)
-                frozen[rows] = self._target(x[rows], n[stale].to(x.device), rows).x0.float()
+                hist = None if self.hist is None else self.hist[rows]
+                frozen[rows] = self._target(x[rows], n[stale].to(x.device), rows, hist).x0.float()
                 fresh[stale] = True
             self._asd_round(x, n, frozen, fresh, n_stoch, lookahead, generator)
             if on_progress is not None:
@@ -76,14 +86,24 @@ class AutospecSampler(SpeculativeSampler):
         lengths = torch.minimum(n_stoch - n[active], lookahead[active])
         depth = int(lengths.max())
         active_d, na = active.to(dev), n[active].to(dev)
-        states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator, active, lengths)
+        ha = None if self.hist is None else self.hist[active_d]
+        states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator, active, lengths, ha)
         # rows Y_j (j = 1 .. length) at step n + j: they verify step j + 1 and give the next root's x0
         cols = torch.arange(depth).view(1, -1)
         evaluated = (cols < lengths.view(-1, 1)) & (n[active].view(-1, 1) + cols + 1 < self.kernel.num_steps)
         ea, ej = evaluated.nonzero(as_tuple=True)
         ea_d, ej_d = ea.to(dev), ej.to(dev)
         ys = torch.stack(states[1:], 1)[ea_d, ej_d]
-        target = self._target(ys, na[ea_d] + ej_d + 1, active_d[ea_d])
+        chain, seq = None, {}
+        if ha is not None:  # depth 0: the root's exact output; depth j + 1: row (a, j) of this call
+            root = self.kernel.converted(x[active_d], na, frozen[active_d])
+
+            def chain(converted: torch.Tensor) -> torch.Tensor:
+                seq["new"] = torch.zeros((len(active), depth + 1, *x.shape[1:]), device=dev)
+                seq["new"][:, 0] = root
+                seq["new"][ea_d, ej_d + 1] = converted.float()
+                return chain_history(ha, seq["new"], ea_d, ej_d + 1)
+        target = self._target(ys, na[ea_d] + ej_d + 1, active_d[ea_d], chain)
         # couple step j + 1 (column j >= 1) against the target mean at Y_j (evaluated row (a, j - 1))
         checked = evaluated[:, :-1] & (cols[:, 1:] < lengths.view(-1, 1))  # (A, depth - 1): step column j + 1
         ca, cj = checked.nonzero(as_tuple=True)
@@ -110,6 +130,8 @@ class AutospecSampler(SpeculativeSampler):
         if bool(reuse.any()):
             frozen[active_d[reuse.to(dev)]] = target.x0[next_row[reuse].to(dev)].float()
         fresh[active] = reuse
+        if ha is not None:  # target outputs at the committed states only
+            self.hist[active_d] = self._committed_history(ha, seq["new"], committed.to(dev))
         n[active] += committed
         self._count(accepted, valid, committed, first=1)
         lookahead[active] = self._next_lookahead(committed, lengths, lookahead[active])

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -67,8 +68,8 @@ class ForecastDraftSampler(SpeculativeSampler):
         self._recording = True  # the first target call (step 0, every trajectory) is the first anchor
         return super().sample(x, generator, on_progress)
 
-    def _target(self, x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor) -> _Target:
-        target = super()._target(x, steps, traj)
+    def _target(self, x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor, hist: Any = None) -> _Target:
+        target = super()._target(x, steps, traj, hist)
         self._last = (target.output if self.quantity == "output" else target.x0).float()
         if self._recording and self._anchors is None:
             self._anchors = torch.zeros((x.shape[0], self.k, *x.shape[1:]), dtype=torch.float32, device=x.device)
@@ -118,7 +119,8 @@ class ForecastDraftSampler(SpeculativeSampler):
             table[p, k - c:] = torch.tensor(extrapolation_weights(row[k - c:k], 0.0, "newton"))
         return table[inverse]
 
-    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
+    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor,
+                    hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         assert self._round_rows is not None and self._anchors is not None
         active, before = self._round_rows
         at = torch.clamp(before + self._depth, max=self.kernel.num_steps - 1)  # host copy of ``steps``
@@ -126,6 +128,4 @@ class ForecastDraftSampler(SpeculativeSampler):
         w = self._weights(active, at).to(y.device)
         anchors = self._anchors[active.to(y.device)]
         forecast = (w.view(*w.shape, *[1] * (anchors.dim() - 2)) * anchors).sum(1)
-        if self.quantity == "output":
-            return self.kernel.mean(y, steps, forecast)
-        return self.kernel.draft_mean(y, steps, forecast)
+        return self._kernel_draft(y, steps, forecast, hist, quantity=self.quantity)

@@ -11,7 +11,13 @@ Supported (the transition must be Gaussian with a std that depends on the step o
 ``DDIMScheduler`` with ``eta > 0``, ``EulerAncestralDiscreteScheduler`` and the flow-matching /
 DPM-Solver SDE schedulers of :mod:`~diffspec.schedulers.gaussian_sde`
 (``FlowMatchEulerDiscreteScheduler(stochastic_sampling=True)``, ``LTXEulerAncestralRFScheduler``,
-first-order ``sde-dpmsolver++``).
+``sde-dpmsolver(++)``, multistep also at ``solver_order`` 2 and 3).
+
+Multistep solvers carry a history: the mean at step ``i`` also depends on the converted model
+outputs ``m`` (:meth:`GaussianTransition.converted`) of the previous ``history`` steps, passed as
+``hist`` (``(B, history, ...)``, latest first). Given that history the step is Gaussian with a
+step-only std, so exact speculation still applies as long as each verified step gets the
+history of its own (verified) past.
 
 Example:
     >>> from diffusers import DDPMScheduler
@@ -57,6 +63,8 @@ class GaussianTransition:
         timesteps: ``(N,)`` the model timestep of each step index.
         std: ``(N,)`` float32, the transition's standard deviation (0 at deterministic steps,
             typically the last).
+        history: how many previous converted model outputs the mean needs (``solver_order - 1``
+            for a multistep DPM-Solver, else 0).
 
     Raises:
         ValueError: a deterministic or unsupported scheduler, naming the supported ones.
@@ -93,7 +101,9 @@ class GaussianTransition:
         else:
             raise _deterministic_error(scheduler, "")
         self.timesteps = self.timesteps.to(device)
-        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale", "k_x", "k_out", "k_div"):
+        self.history = self.c_hist.shape[1] - 1 if hasattr(self, "c_hist") else 0
+        for key in ("std", "a_t", "c_x0", "c_x", "c_eps", "sigma", "in_scale", "k_x", "k_out", "k_div", "u_x", "u_x0",
+                    "c_hist"):
             if hasattr(self, key):
                 setattr(self, key, getattr(self, key).to(device))
 
@@ -187,16 +197,21 @@ class GaussianTransition:
             return (x - a**0.5 * model_output) / (1 - a) ** 0.5
         return a**0.5 * model_output + (1 - a) ** 0.5 * x
 
-    def mean(self, x: torch.Tensor, steps: torch.Tensor, model_output: torch.Tensor) -> torch.Tensor:
-        """The target's transition mean at each row's step (what ``scheduler.step`` adds noise to)."""
+    def mean(self, x: torch.Tensor, steps: torch.Tensor, model_output: torch.Tensor,
+             hist: torch.Tensor | None = None) -> torch.Tensor:
+        """The target's transition mean at each row's step (what ``scheduler.step`` adds noise to).
+
+        ``hist``: ``(B, history, ...)`` the previous converted outputs (latest first) where
+        :attr:`history` > 0 (rows at early steps ignore the entries before step 0)."""
         x0 = self.x0(x, steps, model_output)
         if self.name == "DDIMScheduler":
             return self._rows(self.c_x0, steps, x) * x0 + self._rows(self.c_eps, steps, x) * self._eps(
                 x, steps, model_output)
-        return self.draft_mean(x, steps, x0)
+        return self.draft_mean(x, steps, x0, hist)
 
-    def draft_mean(self, x: torch.Tensor, steps: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """The transition mean with a given (e.g. frozen) ``x0``: affine in ``x`` and ``x0``."""
+    def draft_mean(self, x: torch.Tensor, steps: torch.Tensor, x0: torch.Tensor,
+                   hist: torch.Tensor | None = None) -> torch.Tensor:
+        """The transition mean with a given (e.g. frozen) ``x0``: affine in ``x``, ``x0`` (and ``hist``)."""
         if self.name == "EulerAncestralDiscreteScheduler":
             c = self._rows(self.c_x, steps, x)
             return c * x.float() + (1 - c) * x0
@@ -204,7 +219,20 @@ class GaussianTransition:
             a = self._rows(self.a_t, steps, x)
             eps = (x - a**0.5 * x0) / (1 - a) ** 0.5
             return self._rows(self.c_x0, steps, x) * x0 + self._rows(self.c_eps, steps, x) * eps
-        return self._rows(self.c_x0, steps, x) * x0 + self._rows(self.c_x, steps, x) * x
+        mean = self._rows(self.c_x0, steps, x) * x0 + self._rows(self.c_x, steps, x) * x
+        if not self.history:
+            return mean
+        if hist is None or hist.shape[:2] != (x.shape[0], self.history):
+            raise ValueError(f"{self.name}(solver_order={self.history + 1}): hist must be (batch, {self.history}, ...) "
+                             f"the previous converted outputs; got {None if hist is None else tuple(hist.shape)}")
+        w = self.c_hist[steps].view(*self.c_hist[steps].shape, *([1] * (x.dim() - 1)))  # (B, history + 1, 1...)
+        terms = torch.cat([self.converted(x, steps, x0).unsqueeze(1), hist.float()], 1)
+        return mean + (w * terms).sum(1)
+
+    def converted(self, x: torch.Tensor, steps: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """The multistep solver's stored model output at these rows (``x0``, or ``eps`` for ``sde-dpmsolver``):
+        what the next steps' ``hist`` holds. Only for kernels with :attr:`history` > 0."""
+        return self._rows(self.u_x, steps, x) * x.float() + self._rows(self.u_x0, steps, x) * x0.float()
 
     def stochastic_steps(self) -> int:
         """Leading steps with ``std > 0`` (speculated); the rest run plainly.

@@ -45,8 +45,11 @@ def picard_sample(kernel: GaussianTransition, denoise: Denoise, x: torch.Tensor,
             ``extra["picard"]`` (window, tol, iterations) are added.
 
     Raises:
-        ValueError: ``window < 1`` or ``tol < 0``.
+        ValueError: ``window < 1`` or ``tol < 0``, or a multistep kernel (``kernel.history > 0``).
     """
+    if kernel.history:
+        raise ValueError(f"picard_sample: {kernel.name} with solver_order={kernel.history + 1} carries a multistep "
+                         "history that Picard iteration does not; use solver_order=1")
     if window < 1:
         raise ValueError(f"window={window} is out of range: allowed [1, inf)")
     if not tol >= 0:

@@ -138,11 +138,16 @@ class SigmaTransition:
         """The predicted clean sample: the denoiser's output itself."""
         return model_output.float()
 
-    def mean(self, x: torch.Tensor, steps: torch.Tensor, model_output: torch.Tensor) -> torch.Tensor:
+    history = 0
+    """One-state kernel: no multistep history (the ``hist`` arguments are ignored)."""
+
+    def mean(self, x: torch.Tensor, steps: torch.Tensor, model_output: torch.Tensor,
+             hist: torch.Tensor | None = None) -> torch.Tensor:
         """The step's mean at each row's step given the denoiser's output there."""
         return self.draft_mean(x, steps, model_output)
 
-    def draft_mean(self, x: torch.Tensor, steps: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    def draft_mean(self, x: torch.Tensor, steps: torch.Tensor, x0: torch.Tensor,
+                   hist: torch.Tensor | None = None) -> torch.Tensor:
         """``c_x x + c_x0 x0`` at each row's step (``x0`` may be a frozen one)."""
         return self._rows(self.c_x, steps, x) * x.float() + self._rows(self.c_x0, steps, x) * x0.float()
 

@@ -13,6 +13,13 @@ Every committed step is an exact draw from the target transition given the commi
 the output has the plain sampler's law. The first step runs plainly (it gives the first frozen
 quantity); steps whose std is 0 (the last) run plainly at the end. One host read per round
 (how many steps each trajectory committed) decides the next round's rows.
+
+Multistep kernels (``kernel.history > 0``, e.g. SDE-DPM-Solver++ 2M) carry the converted model
+outputs of the previous steps. Each trajectory keeps its committed history; a draft at depth ``j``
+uses the drafted outputs of depths ``< j`` (none verified yet) after the committed ones; the
+target mean of row ``j`` uses the target outputs of rows ``< j`` of the same call (the verified
+prefix, since row ``j`` only counts if they were all accepted); after the round the history is
+the target outputs at the committed states, so a rejection never leaves a drafted output in it.
 """
 
 from __future__ import annotations
@@ -54,11 +61,34 @@ at step indices ``steps`` belonging to trajectories ``trajectories`` (for their 
 
 @dataclass
 class _Target:
-    """What one target call gives at a set of rows."""
+    """What one target call gives at a set of rows (``converted``: the multistep history entry, or None)."""
 
     output: torch.Tensor
     x0: torch.Tensor
     mean: torch.Tensor
+    converted: torch.Tensor | None = None
+
+
+def push_history(hist: torch.Tensor | None, converted: torch.Tensor | None) -> torch.Tensor | None:
+    """``hist`` (``(B, K, ...)``, latest first) with ``converted`` (``(B, ...)``) prepended and the oldest dropped."""
+    if hist is None or converted is None:
+        return hist
+    return torch.cat([converted.unsqueeze(1).to(hist.dtype), hist[:, :-1]], 1)
+
+
+def chain_history(hist: torch.Tensor, new: torch.Tensor, rows_a: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """Histories along drafted chains: ``hist`` ``(A, K, ...)`` at each chain's root, ``new`` ``(A, D, ...)``
+    the converted outputs at chain depths ``0 .. D-1``; returns, for each pair ``(rows_a[r], at[r])``, the
+    ``K`` outputs before depth ``at[r]`` (latest first): ``(R, K, ...)``. One gather, no loop.
+
+    Example:
+        >>> chain_history(torch.zeros(1, 2, 3), torch.ones(1, 4, 3), torch.tensor([0]), torch.tensor([1])).sum()
+        tensor(3.)
+    """
+    k = hist.shape[1]
+    seq = torch.cat([hist.flip(1), new.to(hist.dtype)], 1)  # position k + j holds depth j
+    idx = k + at.view(-1, 1) - 1 - torch.arange(k, device=at.device).view(1, -1)
+    return seq[rows_a.view(-1, 1), idx]
 
 
 @dataclass
@@ -98,18 +128,40 @@ class SpeculativeSampler:
         self.log = RoundLog()
         self._rows = 0
 
-    def _target(self, x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor) -> _Target:
+    def _target(self, x: torch.Tensor, steps: torch.Tensor, traj: torch.Tensor,
+                hist: torch.Tensor | Callable[[torch.Tensor], torch.Tensor] | None = None) -> _Target:
+        """One network call at rows ``x``; ``hist`` (multistep kernels): the rows' histories, or a function
+        of this call's converted outputs giving them (rows whose past is in the same call)."""
         out = self.denoise(self.kernel.model_input(x, steps), steps, traj)
         self.stats.target_calls += 1
         self._rows += x.shape[0]
-        return _Target(out, self.kernel.x0(x, steps, out), self.kernel.mean(x, steps, out))
+        x0 = self.kernel.x0(x, steps, out)
+        converted = self.kernel.converted(x, steps, x0) if self.kernel.history else None
+        if callable(hist):
+            hist = hist(converted)
+        return _Target(out, x0, self.kernel.mean(x, steps, out, hist), converted)
 
-    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
-        if self.config.draft == "x0":
-            return self.kernel.draft_mean(y, steps, frozen)
+    def _draft_mean(self, y: torch.Tensor, steps: torch.Tensor, frozen: torch.Tensor,
+                    hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The draft mean at ``y`` and the draft's converted output (the next depth's history entry)."""
+        if self.config.draft == "increment":
+            return y.float() + frozen, None
         if self.config.draft == "output":
-            return self.kernel.mean(y, steps, frozen)
-        return y.float() + frozen  # "increment"
+            return self._kernel_draft(y, steps, frozen, hist, quantity="output")
+        return self._kernel_draft(y, steps, frozen, hist)
+
+    def _kernel_draft(self, y: torch.Tensor, steps: torch.Tensor, value: torch.Tensor, hist: torch.Tensor | None,
+                      quantity: str = "x0") -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The kernel's mean with a drafted ``x0`` (or network ``output``) in place of the target's."""
+        x0 = value if quantity == "x0" else self.kernel.x0(y, steps, value)
+        converted = self.kernel.converted(y, steps, x0) if self.kernel.history else None
+        mean = self.kernel.draft_mean(y, steps, x0, hist) if quantity == "x0" else self.kernel.mean(y, steps, value, hist)
+        return mean, converted
+
+    def _new_history(self, like: torch.Tensor) -> torch.Tensor | None:
+        """Zeros ``(B, history, ...)`` (unused before step 0), or None for one-state kernels."""
+        k = self.kernel.history
+        return torch.zeros((like.shape[0], k, *like.shape[1:]), device=like.device) if k else None
 
     def _frozen(self, target: _Target, x: torch.Tensor) -> torch.Tensor:
         if self.config.draft == "x0":
@@ -131,9 +183,11 @@ class SpeculativeSampler:
         n_stoch, n_total = kernel.stochastic_steps(), kernel.num_steps
         dtype = x.dtype
         traj_all = torch.arange(batch, device=device)
+        self.hist = self._new_history(x)  # committed multistep history per trajectory (None: one-state kernel)
         if n_stoch > 0:  # step 0 plainly: it also gives the first frozen quantity
             steps = torch.zeros(batch, dtype=torch.long, device=device)
-            target = self._target(x, steps, traj_all)
+            target = self._target(x, steps, traj_all, self.hist)
+            self.hist = push_history(self.hist, target.converted)
             frozen = self._frozen(target, x)
             x = (target.mean + self._std(steps, x) * self._noise(x, generator, torch.arange(batch))).to(dtype)
             self.state = x  # the committed states, updated in place each round (read by callbacks)
@@ -171,10 +225,19 @@ class SpeculativeSampler:
         rows_a, rows_j = valid.nonzero(as_tuple=True)
         active_d, rows_a_d, rows_j_d = active.to(dev), rows_a.to(dev), rows_j.to(dev)
         xa, fa, na = x[active_d], frozen[active_d], n[active].to(dev)
-        states, noises, means = self._draft(xa, na, fa, depth, generator, active, lengths)
+        ha = None if self.hist is None else self.hist[active_d]
+        states, noises, means = self._draft(xa, na, fa, depth, generator, active, lengths, ha)
         pick = lambda seq: torch.stack(seq, 1)[rows_a_d, rows_j_d]  # noqa: E731
         y_prev, steps = pick(states[:-1]), na[rows_a_d] + rows_j_d
-        target = self._target(y_prev, steps, active_d[rows_a_d])
+        chain = None
+        if ha is not None:  # row j's history: the committed one, then this call's rows < j (verified if j counts)
+            def chain(converted: torch.Tensor) -> torch.Tensor:
+                nonlocal chain_new
+                chain_new = torch.zeros((len(active), depth, *xa.shape[1:]), device=dev)
+                chain_new[rows_a_d, rows_j_d] = converted.float()
+                return chain_history(ha, chain_new, rows_a_d, rows_j_d)
+        chain_new = None
+        target = self._target(y_prev, steps, active_d[rows_a_d], chain)
         uniform = draw("uniform", (), generator, active[rows_a], dev, torch.float64)
         coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean,
                                       self.kernel.std.to(dev)[steps], uniform)
@@ -185,19 +248,28 @@ class SpeculativeSampler:
         x[active_d] = coupled.sample[last]
         new = _Target(target.output[last], target.x0[last], target.mean[last])
         frozen[active_d] = self._frozen(new, y_prev[last]).to(frozen.dtype)
+        if ha is not None:  # target outputs at the committed states: a rejected draft never enters the history
+            self.hist[active_d] = self._committed_history(ha, chain_new, committed.to(dev))
         n[active] += committed
         self._count(accepted, valid, committed)
         lookahead[active] = self._next_lookahead(committed, lengths, lookahead[active])
 
+    def _committed_history(self, hist: torch.Tensor, new: torch.Tensor, committed: torch.Tensor) -> torch.Tensor:
+        """The history at each trajectory's new committed step (``committed`` rows of ``new`` past the root)."""
+        return chain_history(hist, new, torch.arange(len(committed), device=hist.device), committed)
+
     def _draft(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, depth: int, generator: Generators,
-               traj: torch.Tensor, lengths: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+               traj: torch.Tensor, lengths: torch.Tensor, hist: torch.Tensor | None = None
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """``depth`` drafted steps from states ``x`` at steps ``n``: the states ``[x, Y_1, ...]``, the noises
         and the draft means (tensor ops over the batch, one iteration per depth). Trajectory ``i`` draws
-        noise for its own ``lengths[i]`` steps only (host tensors ``traj``, ``lengths``)."""
+        noise for its own ``lengths[i]`` steps only (host tensors ``traj``, ``lengths``). ``hist``: the
+        committed multistep history at ``x``; deeper drafts use the drafted outputs after it."""
         states, noises, means = [x], [], []
         for j in range(depth):
             steps = (n + j).clamp(max=self.kernel.num_steps - 1)
-            a = self._draft_mean(states[-1], steps, frozen)
+            a, converted = self._draft_mean(states[-1], steps, frozen, hist)
+            hist = push_history(hist, converted)
             live = (lengths > j).nonzero().flatten()
             z = torch.zeros(x.shape, device=x.device, dtype=torch.float32)
             z[live.to(x.device)] = self._noise(x[: len(live)], generator, traj[live])
@@ -226,7 +298,9 @@ class SpeculativeSampler:
         """The steps with std 0 (and any without speculation), run plainly."""
         for i in range(start, end):
             steps = torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
-            x = self._target(x, steps, traj).mean.to(x.dtype)
+            target = self._target(x, steps, traj, self.hist)
+            self.hist = push_history(self.hist, target.converted)
+            x = target.mean.to(x.dtype)
         return x
 
 
@@ -238,10 +312,14 @@ def plain_sample(kernel: GaussianTransition, denoise: Denoise, x: torch.Tensor,
         >>> x = plain_sample(kernel, denoise, torch.randn(4, 4, 16, 16))  # doctest: +SKIP
     """
     traj = torch.arange(x.shape[0], device=x.device)
+    k = kernel.history  # multistep solvers: the previous converted outputs, latest first
+    hist = torch.zeros((x.shape[0], k, *x.shape[1:]), device=x.device) if k else None
     for i in range(kernel.num_steps):
         steps = torch.full((x.shape[0],), i, dtype=torch.long, device=x.device)
         out = denoise(kernel.model_input(x, steps), steps, traj)
-        mean = kernel.mean(x, steps, out)
+        mean = kernel.mean(x, steps, out, hist)
+        if k:
+            hist = push_history(hist, kernel.converted(x, steps, kernel.x0(x, steps, out)))
         noise = draw("normal", tuple(x.shape[1:]), generator, torch.arange(x.shape[0]), x.device)
         x = (mean + kernel.std.to(x.device)[steps].view(-1, *[1] * (x.dim() - 1)) * noise).to(x.dtype)
         if stats is not None:

@@ -12,6 +12,7 @@ from diffusers import (
     DDPMScheduler,
     DiTPipeline,
     DiTTransformer2DModel,
+    DPMSolverMultistepScheduler,
     EulerDiscreteScheduler,
 )
 
@@ -94,6 +95,23 @@ def test_trained_tiny_dit_samples_have_the_plain_law():
         report = same_law(plain, samples)
         assert report["passed"], (method, report)
     torch.set_num_threads(1)
+
+
+@pytest.mark.slow
+def test_sde_dpm_solver_2m_pipeline_samples_have_the_plain_law(random_dit_pipe):
+    """The multistep history through the whole pipeline (DiT, CFG off, 100 steps: acceptance about 0.35)."""
+    scheduler = DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++", solver_order=2)
+    pipe = DiTPipeline(transformer=random_dit_pipe.transformer, vae=random_dit_pipe.vae, scheduler=scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    run = lambda spec, seed: spec(class_labels=[i % 10 for i in range(400)], num_inference_steps=100,  # noqa: E731
+                                  guidance_scale=1.0, output_type="latent",
+                                  generator=torch.Generator().manual_seed(seed)).images
+    plain = run(SpeculativePipeline.from_pipe(pipe, method="coupling").plain, 1)
+    for method in ("coupling", "autospec"):
+        spec = SpeculativePipeline.from_pipe(pipe, method=method, lookahead=4)
+        report = same_law(plain, run(spec, 2))
+        assert 0.1 < spec.stats.acceptance_rate < 0.98, (method, spec.stats.acceptance_rate)
+        assert report["passed"], (method, report)
 
 
 def test_a_perfect_draft_is_always_accepted_and_lookahead_one_is_one_call_a_step():

@@ -83,10 +83,11 @@ def test_deterministic_configurations_are_refused_with_the_supported_list(schedu
     assert "is deterministic" in str(err.value) and "stochastic_sampling=True" in str(err.value)
 
 
-@pytest.mark.parametrize("cls", [DPMSolverMultistepScheduler, DPMSolverSinglestepScheduler])
-def test_higher_order_sde_solvers_are_refused_naming_solver_order_1(cls):
+def test_higher_order_singlestep_and_order_4_are_refused_naming_the_supported_orders():
     with pytest.raises(ValueError, match="use solver_order=1"):
-        GaussianTransition(cls(algorithm_type="sde-dpmsolver++", solver_order=2), 10)
+        GaussianTransition(DPMSolverSinglestepScheduler(algorithm_type="sde-dpmsolver++", solver_order=2), 10)
+    with pytest.raises(ValueError, match="1..3 for 'sde-dpmsolver\\+\\+'"):
+        GaussianTransition(DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++", solver_order=4), 10)
 
 
 def test_dynamic_shifting_takes_the_pipeline_mu():
