@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import check_float, check_int
+from ..config import check_choice, check_float, check_int
 from .config import ARSamplingConfig
 from .relaxed import ACCEPTANCE
 
@@ -54,8 +54,7 @@ class LanternConfig(ARSamplingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.acceptance not in ACCEPTANCE:
-            raise ValueError(f"acceptance={self.acceptance!r} is not allowed; choose one of {ACCEPTANCE}")
+        check_choice("acceptance", self.acceptance, ACCEPTANCE)
         check_int("draft_length", self.draft_length, 1, 64)
         check_int("k", self.k, 1)
         check_float("delta", self.delta, 0.0, 1.0)
