@@ -250,8 +250,12 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
                      dynamic_ncols=True) as bar:
         run = _Run(pipe, out, adapter, {it.index: keys[i] for i, it in enumerate(items)}, fmt, manifest, bar,
                    summary, base)
-        for group in _groups(todo):
-            run.run_group(group, batch_size)
+        try:
+            for group in _groups(todo):
+                run.run_group(group, batch_size)
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): also catch a temporary file a signal
+            clean_temporaries(out, f".tmp-r{world.rank}-")  # orphaned between mkstemp and write_atomic's try
+            raise
     summary.seconds = time.perf_counter() - start
     return summary
 
