@@ -286,6 +286,35 @@ def _machine(dev: torch.device) -> dict[str, Any]:
     return info
 
 
+def _e2e(o: dict[str, Any], dev: torch.device, torch_dtype: torch.dtype, repeats: int, warmup: int,
+         allow_cpu: bool) -> dict[str, Any] | None:
+    """The measured end-to-end block (:mod:`~diffspec.bench.mm_cost_e2e`), or None with ``e2e_size=none``."""
+    from .mm_cost_e2e import run_e2e
+
+    size = str(o.get("e2e_size", "7b" if dev.type == "cuda" else "none"))
+    if size == "none":
+        return None
+    if size == "7b" and dev.type != "cuda" and not allow_cpu:
+        raise ValueError("e2e_size='7b' is a real-size architecture meant for a GPU; pass --device cuda, "
+                         "--set e2e_size=tiny|none, or --allow-cpu")
+    try:
+        rates = tuple(float(r) for r in str(o.get("e2e_rates", "1.0,0.8")).split(",") if r.strip())
+    except ValueError:
+        raise ValueError(f"e2e_rates={o['e2e_rates']!r} is not allowed: forced rates in (0, 1], comma separated") from None
+    ints = {}
+    for field, default, low in (("e2e_frames", 64, 2), ("e2e_side", 448, 28), ("e2e_new_tokens", 96, 2), ("e2e_k", 5, 1)):
+        try:
+            ints[field] = int(o.get(field, default))
+        except ValueError:
+            raise ValueError(f"{field}={o[field]!r} is not an integer (>= {low})") from None
+        if ints[field] < low:
+            raise ValueError(f"{field}={ints[field]} is out of range: >= {low}")
+    return run_e2e(size, device=dev, dtype=torch_dtype, frames=ints["e2e_frames"], side=ints["e2e_side"],
+                   new_tokens=ints["e2e_new_tokens"], k=ints["e2e_k"], rates=rates,
+                   batches=tuple(_positive_list("e2e_batches", o.get("e2e_batches", "1"), "batch sizes >= 1")),
+                   repeats=repeats, warmup=warmup)
+
+
 @torch.inference_mode()
 def run_multimodal_cost(model: str | None = None, *, device: str | None = None, dtype: str | None = None,
                         batch: int | None = None, repeats: int = 5, warmup: int = 2, allow_cpu: bool = False,
@@ -317,7 +346,8 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
         if value < low:
             raise ValueError(f"{field}={value} is out of range; must be >= {low}")
     known = {"contexts", "batches", "ks", "new_tokens", "acceptance", "acceptance_json", "time_budget_s",
-             "visual_top_k", "visual_ratio", "image_keep", "video_keep"}
+             "visual_top_k", "visual_ratio", "image_keep", "video_keep", "grid", "e2e_size", "e2e_frames", "e2e_side",
+             "e2e_new_tokens", "e2e_k", "e2e_rates", "e2e_batches"}
     unknown = sorted(set(o) - known)
     if unknown:
         raise ValueError(f"multimodal-cost: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
@@ -334,6 +364,11 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
     sources = acceptance_sources(o.get("acceptance"), o.get("acceptance_json"))
     torch_dtype = getattr(torch, dtype_name)
     start = time.perf_counter()
+    with torch.inference_mode(False):
+        e2e = _e2e(o, dev, torch_dtype, repeats, warmup, allow_cpu)
+    grid = str(o.get("grid", True)).lower() not in ("false", "0", "no")
+    if not grid:
+        names = []
     runs: list[dict[str, Any]] = []
     prefill: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -379,7 +414,7 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     doc = {"suite": "multimodal-cost", "machine": _machine(dev),
-           "model": {"name": ",".join(names), "dtype": dtype_name, "weights": "random (speed does not depend on "
+           "model": {"name": ",".join(names) or "e2e only", "dtype": dtype_name, "weights": "random (speed does not depend on "
                      "weight values)", "models": models},
            "workload": {"tokens": new_tokens, "batch": batches, "ks": ks, "text_tokens": TEXT_BEFORE + TEXT_AFTER,
                         "repeats": repeats, "warmup": warmup, "self_draft": self_cfg.to_dict(),
@@ -387,6 +422,8 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
                         "elapsed_s": round(time.perf_counter() - start, 1)},
            "prefill": prefill, "runs": runs, "projection": project(prefill, runs, sources, new_tokens),
            "acceptance_sources": sources, "notes": _notes(dev)}
+    if e2e is not None:
+        doc["e2e"] = e2e
     if skipped:
         doc["skipped"] = skipped
     return doc

@@ -119,3 +119,37 @@ def test_cli_runs_the_suite(tmp_path, capsys):
     assert [s["label"] for s in doc["acceptance_sources"]] == ["given 0.7"]
     assert "cost ratio" in capsys.readouterr().out
     assert main(["bench", "multimodal-cost", "--model", "qwen2.5-vl-7b", "--device", "cpu"]) == 2
+
+
+def test_e2e_tiny_forced_acceptance():
+    from diffspec.multimodal import loop
+
+    saved = loop.greedy_accept
+    doc = run_multimodal_cost("tiny", device="cpu", repeats=1, warmup=0,
+                              overrides={"grid": False, "e2e_size": "tiny", "e2e_frames": 4, "e2e_side": 56,
+                                         "e2e_new_tokens": 9, "e2e_k": 3, "e2e_rates": "1.0,0.5"})
+    assert loop.greedy_accept is saved and doc["runs"] == [] and doc["model"]["name"] == "e2e only"
+    e2e = doc["e2e"]
+    assert e2e["label"].startswith("measured end to end at FORCED acceptance")
+    assert e2e["workload"]["visual_tokens"] == 2 * 4 * 4 // 4
+    runs = {r["method"]: r for r in e2e["runs"]}
+    assert len(runs) == 2 + 3 * 2 and runs["baseline"]["speedup_vs_baseline"] == 1.0
+    for name in ("self-draft (sparse KV)", "self-draft (sparse KV + half layers)", "compressed-draft"):
+        full, half = runs[f"{name} @ forced 1"], runs[f"{name} @ forced 0.5"]
+        assert full["acceptance_rate"] == 1.0 and full["target_calls"] == 1 + 2  # prefill + ceil(8 / (3 + 1))
+        assert half["acceptance_rate"] < 1.0 and half["target_calls"] > full["target_calls"]
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"e2e_size": "7b"}, "e2e_size"),
+    ({"e2e_size": "13b"}, "e2e_size"),
+    ({"e2e_size": "tiny", "e2e_rates": "0,1"}, "e2e_rates"),
+    ({"e2e_size": "tiny", "e2e_rates": "high"}, "e2e_rates"),
+    ({"e2e_size": "tiny", "e2e_frames": 3}, "e2e_frames"),
+    ({"e2e_size": "tiny", "e2e_side": 50}, "e2e_side"),
+    ({"e2e_size": "tiny", "e2e_k": 0}, "e2e_k"),
+    ({"e2e_size": "tiny", "e2e_batches": "0"}, "e2e_batches"),
+])
+def test_e2e_bad_values_raise_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        run_multimodal_cost("tiny", device="cpu", overrides={"grid": False, **overrides})
