@@ -366,6 +366,8 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
     start = time.perf_counter()
     with torch.inference_mode(False):
         e2e = _e2e(o, dev, torch_dtype, repeats, warmup, allow_cpu)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     grid = str(o.get("grid", True)).lower() not in ("false", "0", "no")
     if not grid:
         names = []

@@ -134,7 +134,7 @@ def run_e2e(size: str, *, device: torch.device | str, dtype: torch.dtype = torch
                 label = f"{name} @ forced {rate:g}"
 
                 def run(_: list[int], cfg: Any = cfg, model: Any = model, rate: float = rate, label: str = label,
-                        inputs: dict[str, Any] = inputs) -> torch.Tensor:
+                        inputs: dict[str, Any] = inputs, stats: dict[str, SpecStats] = stats) -> torch.Tensor:
                     s = SpecStats(method=label)
                     with forced_acceptance(rate, seed=0):
                         seqs = target.generate(**inputs, **gen, custom_generate=_loop.speculative_generate,
@@ -162,9 +162,6 @@ def run_e2e(size: str, *, device: torch.device | str, dtype: torch.dtype = torch
                            expected_accepted_per_round=round(expected_accepted(arm.config["forced_rate"], k), 3))
             rows.append(row)
     params = sum(p.numel() for p in target.parameters())
-    del target, drafter
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
     return {"label": "measured end to end at FORCED acceptance (random weights; accept decision forced, every "
                      "forward real)",
             "size": size, "target": {"lm": E2E_SIZES[size][0], "params": params, "vision": "1-block tower (not "
