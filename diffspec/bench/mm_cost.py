@@ -91,6 +91,8 @@ MODELS: dict[str, tuple[str, str, tuple[int, ...]]] = {
 }
 """Suite model name -> (target LM, small same-family drafter LM, default visual context lengths)."""
 REAL = ("qwen2.5-vl-7b", "llava-1.5-7b")
+SELF_FIELDS = ("visual_top_k", "visual_ratio", "score_rows")
+COMP_FIELDS = ("image_keep", "video_keep", "image_selection", "video_selection", "score_rows")
 IMAGE_MAX = 2048
 """Contexts of at most this many visual tokens are an image (``image_keep``), longer ones video (``video_keep``)."""
 
@@ -302,7 +304,8 @@ def _e2e(o: dict[str, Any], dev: torch.device, torch_dtype: torch.dtype, repeats
     except ValueError:
         raise ValueError(f"e2e_rates={o['e2e_rates']!r} is not allowed: forced rates in (0, 1], comma separated") from None
     ints = {}
-    for field, default, low in (("e2e_frames", 64, 2), ("e2e_side", 448, 28), ("e2e_new_tokens", 96, 2), ("e2e_k", 5, 1)):
+    for field, default, low in (("e2e_frames", 64, 2), ("e2e_side", 448, 28), ("e2e_new_tokens", 96, 2), ("e2e_k", 5, 1),
+                                ("e2e_repeats", min(repeats, 3), 1), ("e2e_warmup", min(warmup, 1), 0)):
         try:
             ints[field] = int(o.get(field, default))
         except ValueError:
@@ -312,7 +315,7 @@ def _e2e(o: dict[str, Any], dev: torch.device, torch_dtype: torch.dtype, repeats
     return run_e2e(size, device=dev, dtype=torch_dtype, frames=ints["e2e_frames"], side=ints["e2e_side"],
                    new_tokens=ints["e2e_new_tokens"], k=ints["e2e_k"], rates=rates,
                    batches=tuple(_positive_list("e2e_batches", o.get("e2e_batches", "1"), "batch sizes >= 1")),
-                   repeats=repeats, warmup=warmup)
+                   repeats=ints["e2e_repeats"], warmup=ints["e2e_warmup"])
 
 
 @torch.inference_mode()
@@ -347,7 +350,7 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
             raise ValueError(f"{field}={value} is out of range; must be >= {low}")
     known = {"contexts", "batches", "ks", "new_tokens", "acceptance", "acceptance_json", "time_budget_s",
              "visual_top_k", "visual_ratio", "image_keep", "video_keep", "grid", "e2e_size", "e2e_frames", "e2e_side",
-             "e2e_new_tokens", "e2e_k", "e2e_rates", "e2e_batches"}
+             "e2e_new_tokens", "e2e_k", "e2e_rates", "e2e_batches", "e2e_repeats", "e2e_warmup"}
     unknown = sorted(set(o) - known)
     if unknown:
         raise ValueError(f"multimodal-cost: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
@@ -397,7 +400,13 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
                 skipped += [{**cell, "batch": b, "reason": why} for b in batches]
                 continue
             c = _Cell(target, drafter, n_vis, dev, torch_dtype, self_cfg, comp_cfg, seed=n_vis)
-            prefill.append({**cell, **c.prefills(repeats, warmup)})
+            try:
+                prefill.append({**cell, **c.prefills(repeats, warmup)})
+            except torch.cuda.OutOfMemoryError as exc:
+                skipped += [{**cell, "batch": b, "reason": f"prefill: CUDA out of memory: {str(exc)[:120]}"}
+                            for b in batches]
+                del c
+                continue
             for b in batches:
                 kept = prefill[-1]["self_draft_kept_tokens"] / c.T
                 why = _fits(LMS[t_name], c.T, b, torch_dtype, dev, 1.2 + 2.5 * kept)
@@ -419,8 +428,8 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
            "model": {"name": ",".join(names) or "e2e only", "dtype": dtype_name, "weights": "random (speed does not depend on "
                      "weight values)", "models": models},
            "workload": {"tokens": new_tokens, "batch": batches, "ks": ks, "text_tokens": TEXT_BEFORE + TEXT_AFTER,
-                        "repeats": repeats, "warmup": warmup, "self_draft": self_cfg.to_dict(),
-                        "compressed_draft": comp_cfg.to_dict(), "image_max_visual_tokens": IMAGE_MAX,
+                        "repeats": repeats, "warmup": warmup, "self_draft": {k: v for k, v in self_cfg.to_dict().items() if k in SELF_FIELDS},
+                        "compressed_draft": {k: v for k, v in comp_cfg.to_dict().items() if k in COMP_FIELDS}, "image_max_visual_tokens": IMAGE_MAX,
                         "elapsed_s": round(time.perf_counter() - start, 1)},
            "prefill": prefill, "runs": runs, "projection": project(prefill, runs, sources, new_tokens),
            "acceptance_sources": sources, "notes": _notes(dev)}

@@ -151,7 +151,8 @@ def run_e2e(size: str, *, device: torch.device | str, dtype: torch.dtype = torch
         for arm in arms:
             lat = latency_summary(arm.times)
             row: dict[str, Any] = {"method": arm.name, "batch": batch, "config": arm.config, "latency_s": lat,
-                                   "speedup_vs_baseline": round(base["median"] / lat["median"], 3),
+                                   "speedup_vs_baseline": (None if arm is arms[1] else
+                                                           round(base["median"] / lat["median"], 3)),
                                    "peak_mem_gb": arm.peak_mem_gb}
             if arm.name in stats:
                 s = stats[arm.name]
