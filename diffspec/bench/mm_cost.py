@@ -416,7 +416,7 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
                     skipped.append({**cell, "batch": b, "reason": why})
                     continue
                 try:
-                    runs += [{**cell, "context": "image" if c.is_image else "video", **r}
+                    runs += [{**cell, "context": "image" if c.is_image else "video", "peer": False, **r}
                              for r in c.batch(b, ks, repeats, warmup)]
                 except torch.cuda.OutOfMemoryError as exc:
                     skipped.append({**cell, "batch": b, "reason": f"CUDA out of memory: {str(exc)[:120]}"})
@@ -433,6 +433,9 @@ def run_multimodal_cost(model: str | None = None, *, device: str | None = None, 
                         "elapsed_s": round(time.perf_counter() - start, 1)},
            "prefill": prefill, "runs": runs, "projection": project(prefill, runs, sources, new_tokens),
            "acceptance_sources": sources, "notes": _notes(dev)}
+    if dev.type == "cpu":
+        doc["wall_clock_caveat"] = ("CPU timings on shared cores, noisy (see min/max); tiny sizes check the suite's "
+                                    "pipeline and JSON, they say nothing about real-size costs.")
     if e2e is not None:
         doc["e2e"] = e2e
     if skipped:
