@@ -17,8 +17,9 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -180,3 +181,46 @@ def run_e2e(size: str, *, device: torch.device | str, dtype: torch.dtype = torch
                       "both sides; compressed-draft still pays its drafter's prefill (and 1-block vision tower).",
                       "expected_accepted_per_round = rate (1 - rate^k) / (1 - rate); accepted_per_round is the measured one "
                       "(the loop's draft length shrinks near max_new_tokens)."]}
+
+
+def e2e_from_options(o: dict[str, Any], dev: torch.device, dtype: torch.dtype, repeats: int, warmup: int,
+                     allow_cpu: bool) -> Callable[[], dict[str, Any]] | None:
+    """Validate the suite's ``e2e_*`` options; the e2e run as a callable (None with ``e2e_size=none``).
+
+    Options: ``e2e_size`` (``7b`` default on CUDA, ``tiny``, ``none`` default on CPU), ``e2e_frames``
+    (64) x ``e2e_side`` (448) video (``frames/2 * (side/28)^2`` tokens: 8192), ``e2e_new_tokens``
+    (96), ``e2e_k`` (5), ``e2e_rates`` (``1.0,0.8``), ``e2e_batches`` (``1``), ``e2e_repeats``
+    (min(repeats, 3)), ``e2e_warmup`` (min(warmup, 1)).
+    """
+    from .mm_cost_cells import positive_list
+
+    size = str(o.get("e2e_size", "7b" if dev.type == "cuda" else "none"))
+    if size == "none":
+        return None
+    if size not in E2E_SIZES:
+        raise ValueError(f"e2e_size={size!r} is not allowed; choose one of {', '.join(E2E_SIZES)} or none")
+    if size == "7b" and dev.type != "cuda" and not allow_cpu:
+        raise ValueError("e2e_size='7b' is a real-size architecture meant for a GPU; pass --device cuda, "
+                         "--set e2e_size=tiny|none, or --allow-cpu")
+    try:
+        rates = tuple(float(r) for r in str(o.get("e2e_rates", "1.0,0.8")).split(",") if r.strip())
+    except ValueError:
+        raise ValueError(f"e2e_rates={o['e2e_rates']!r} is not allowed: forced rates in (0, 1], comma separated") from None
+    if not rates or any(not 0.0 < r <= 1.0 for r in rates):
+        raise ValueError(f"e2e_rates={o.get('e2e_rates')!r} is out of range: forced rates in (0, 1]")
+    ints: dict[str, int] = {}
+    for field, default, low in (("e2e_frames", 64, 2), ("e2e_side", 448, 28), ("e2e_new_tokens", 96, 2),
+                                ("e2e_k", 5, 1), ("e2e_repeats", min(repeats, 3), 1), ("e2e_warmup", min(warmup, 1), 0)):
+        try:
+            ints[field] = int(o.get(field, default))
+        except ValueError:
+            raise ValueError(f"{field}={o[field]!r} is not an integer (>= {low})") from None
+        if ints[field] < low:
+            raise ValueError(f"{field}={ints[field]} is out of range: >= {low}")
+    frames, side = ints["e2e_frames"], ints["e2e_side"]
+    if frames % 2 or side % 28:
+        raise ValueError(f"e2e_frames={frames}, e2e_side={side}: frames must be even, side a multiple of 28")
+    batches = tuple(positive_list("e2e_batches", o.get("e2e_batches", "1"), "batch sizes >= 1"))
+    return partial(run_e2e, size, device=dev, dtype=dtype, frames=frames, side=side,
+                   new_tokens=ints["e2e_new_tokens"], k=ints["e2e_k"], rates=rates, batches=batches,
+                   repeats=ints["e2e_repeats"], warmup=ints["e2e_warmup"])

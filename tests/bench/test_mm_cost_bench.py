@@ -23,6 +23,7 @@ def tiny_doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("mmcost") / "cost.json"
     doc = run_bench("multimodal-cost", model="tiny", device="cpu", repeats=1, warmup=0, overrides=dict(SMALL), out=out)
     assert json.loads(out.read_text()) == doc
+    assert "errors" not in doc and "skipped" not in doc and "partial" not in doc
     return doc
 
 
@@ -153,3 +154,31 @@ def test_e2e_tiny_forced_acceptance():
 def test_e2e_bad_values_raise_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         run_multimodal_cost("tiny", device="cpu", overrides={"grid": False, **overrides})
+
+
+def test_a_failing_cell_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    from diffspec.bench import mm_cost_cells
+
+    real = mm_cost_cells.Cell.batch
+
+    def flaky(self, B, *args, **kwargs):
+        if B == 2:
+            raise RuntimeError("boom at batch 2")
+        return real(self, B, *args, **kwargs)
+
+    monkeypatch.setattr(mm_cost_cells.Cell, "batch", flaky)
+    ckpt = tmp_path / "partial.json"
+    doc = run_multimodal_cost("tiny", device="cpu", repeats=1, warmup=0,
+                              overrides={**SMALL, "batches": "1,2,4", "checkpoint": str(ckpt)})
+    (err,) = doc["errors"]
+    assert err["batch"] == 2 and "boom at batch 2" in err["error"] and err["stage"] == "verify/draft"
+    assert {r["batch"] for r in doc["runs"]} == {1, 4}
+    saved = json.loads(ckpt.read_text())
+    assert "partial" not in saved and saved["errors"][0]["batch"] == 2 and len(saved["runs"]) == len(doc["runs"])
+
+
+def test_time_budget_skips_cells():
+    doc = run_multimodal_cost("tiny", device="cpu", repeats=1, warmup=0,
+                              overrides={**SMALL, "contexts": "16,24", "time_budget_s": 1e-9})
+    assert doc["runs"] == [] and {s["reason"] for s in doc["skipped"]} == {"time_budget_s exceeded"}
+    assert len(doc["skipped"]) == 2 * 2
