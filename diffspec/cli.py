@@ -238,11 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
     bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, multimodal, "
-                       "multimodal-action, speech, kernels)")
+                       "multimodal-action, multimodal-cost, speech, kernels)")
     bench.add_argument("--model", default=None,
                        help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
                        "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny-vlm (multimodal), tiny-vla "
-                       "(multimodal-action); kernels takes none")
+                       "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost); kernels takes none")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
     bench.add_argument("--device", default=None)
     bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")

@@ -18,6 +18,7 @@ from .ar_image import run_ar_image
 from .dit_cache import run_dit_cache
 from .exact_diffusion import run_exact_diffusion
 from .kernels import run_kernels
+from .mm_cost import run_multimodal_cost
 from .multimodal import run_multimodal
 from .speech import run_speech
 from .vla import run_multimodal_action
@@ -25,7 +26,8 @@ from .vla import run_multimodal_action
 SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, "exact-diffusion": run_exact_diffusion,
                                                     "ar-image": run_ar_image, "multimodal": run_multimodal,
                                                     "multimodal-action": run_multimodal_action, "speech": run_speech,
-                                                    "kernels": run_kernels}
+                                                    "kernels": run_kernels,
+                                                    "multimodal-cost": run_multimodal_cost}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -47,4 +49,4 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
 
 
 __all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion", "run_kernels",
-           "run_multimodal", "run_multimodal_action", "run_speech"]
+           "run_multimodal", "run_multimodal_action", "run_multimodal_cost", "run_speech"]
