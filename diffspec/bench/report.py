@@ -27,6 +27,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         from .speech import speech_table
 
         return speech_table(doc)
+    if doc.get("suite") == "ar-image-cost":
+        from .ar_image_cost_report import cost_table
+
+        return cost_table(doc)
     if doc.get("suite") == "multimodal-action":
         from .vla import action_table
 
