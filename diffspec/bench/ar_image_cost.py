@@ -159,37 +159,64 @@ class RoundClock:
         return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
 
 
-def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: float, sampling: dict[str, Any],
-                generators: str, rounds: int, warmup: int, device: torch.device) -> tuple[list[float], int]:
-    """Seconds of ``rounds`` rounds of the real ``mc-sjd`` loop.
+def _timed_step(session: Any, device: torch.device, out: list[float]) -> None:
+    """Make ``session.step`` append its synchronised duration to ``out`` (instance attribute)."""
+    step = session.step
 
-    The first generation drops ``warmup`` rounds; generations are restarted (new seeds) until enough
-    rounds are timed, each later one dropping its first round (it also holds the first drafts' set-up).
-    Returns the round times and the number of generations used.
+    def timed(tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        synchronize(device)
+        t0 = time.perf_counter()
+        logits = step(tokens, start)
+        synchronize(device)
+        out.append(time.perf_counter() - t0)
+        return logits
+
+    session.step = timed
+
+
+def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: float, sampling: dict[str, Any],
+                generators: str, rounds: int, warmup: int, device: torch.device) -> dict[str, Any]:
+    """Seconds of ``rounds`` rounds of the real ``mc-sjd`` loop, plain and with its forward timed inside.
+
+    Generations alternate between the untouched loop (``rounds``) and one whose ``session.step`` is
+    synchronised and timed (``instrumented``: ``(round, forward)`` pairs of the same rounds: a
+    cross-check immune to drift between separate measurements; its extra sync makes it slightly
+    pessimistic). The first generation of each kind drops ``warmup`` rounds, later ones their first
+    round (it also holds the first drafts' set-up); generations restart (new seeds) until both kinds
+    have ``rounds`` rounds. Also returns ``generations``, the number run.
     """
     config = MCSJDConfig(window=window, **sampling)
-    times: list[float] = []
+    plain: list[float] = []
+    pairs: list[tuple[float, float]] = []
     seed = 0
     with torch.inference_mode():
-        while len(times) < rounds:
+        while len(plain) < rounds or len(pairs) < rounds:
+            instrumented = len(plain) >= rounds or (seed % 2 == 1 and len(pairs) < rounds)
+            have = len(pairs) if instrumented else len(plain)
             session = _session(target, batch, guidance)
+            forward: list[float] = []
+            if instrumented:
+                _timed_step(session, device, forward)
             if generators == "per-row":
                 gen: Any = [torch.Generator(device).manual_seed(seed * 1000 + b) for b in range(batch)]
             else:
                 gen = torch.Generator(device).manual_seed(seed)
-            drop = max(warmup, 1) if seed == 0 else 1
-            clock = RoundClock(drop + rounds - len(times))
+            drop = max(warmup, 1) if seed < 2 else 1
+            clock = RoundClock(drop + rounds - have)
             try:
                 jacobi_sample(session, target.num_tokens, config.window, config.coupling, config.init,
                               config.sampling, gen, bar=clock)
             except _Stop:
                 pass
             synchronize(device)
-            times += clock.rounds[drop:]
+            if instrumented:
+                pairs += list(zip(clock.rounds, forward))[drop:]
+            else:
+                plain += clock.rounds[drop:]
             seed += 1
-            if seed > 10 * rounds + 100:
+            if seed > 20 * rounds + 100:
                 raise ValueError(f"windows={window}: generations end within {drop} round(s); too few rounds to time")
-    return times[:rounds], seed
+    return {"rounds": plain[:rounds], "instrumented": pairs[:rounds], "generations": seed}
 
 
 def _ms(seconds: float) -> float:
@@ -301,14 +328,19 @@ def _round_cell(target: LlamaGenTarget, name: str, n: int, b: int, w: int, forwa
                 guidance: float, sampling: dict[str, Any], generators: str, rounds: int, warmup: int,
                 dev: torch.device) -> dict[str, Any]:
     length = min(w, n - 1)
-    times, gens = time_rounds(target, b, w, guidance=guidance, sampling=sampling, generators=generators,
-                              rounds=rounds, warmup=warmup, device=dev)
-    it = statistics.median(times) * 1e3
+    timed = time_rounds(target, b, w, guidance=guidance, sampling=sampling, generators=generators,
+                        rounds=rounds, warmup=warmup, device=dev)
+    it = statistics.median(timed["rounds"]) * 1e3
     fwd = forward[length + 1]
+    pairs = timed["instrumented"]
     return {"method": f"mc-sjd-round-L{w}", "peer": False, "part": "mc-sjd",
             "config": {"model": name, "tokens": n, "batch": b, "window": w, "k": length + 1, **sampling},
-            "latency_s": latency_summary(times), "round_ms": round(it, 4), "forward_ms": fwd,
-            "overhead": round((it - fwd) / it, 4), "generations": gens}
+            "latency_s": latency_summary(timed["rounds"]), "round_ms": round(it, 4), "forward_ms": fwd,
+            "overhead": round((it - fwd) / it, 4),
+            "in_round": {"round_ms": _ms(statistics.median(r for r, _ in pairs)),
+                         "forward_ms": _ms(statistics.median(f for _, f in pairs)),
+                         "overhead": round(statistics.median((r - f) / r for r, f in pairs), 4)},
+            "generations": timed["generations"]}
 
 
 def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtype_name: str,
@@ -343,7 +375,9 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
             "asked for plus L + 1 for every window L timed or projected (L clipped to tokens - 1).",
             "mc-sjd-round-L*: rounds of diffspec's own loop (jacobi_sample, MCSJDConfig(window=L)), timed between "
             "its progress ticks, which follow the round's one host sync; overhead = (round - forward) / round, "
-            "forward = call-K(L+1) of the same config, tokens and batch. Random weights: acceptance is "
+            "forward = call-K(L+1) of the same config, tokens and batch. in_round: the same from generations "
+            "run alternately with session.step synchronised and timed inside the loop (median per-round "
+            "fraction; one extra sync per round makes it slightly pessimistic). Random weights: acceptance is "
             "meaningless here, only the per-round cost is (the window always feeds L + 1 tokens).",
             "Wall-clock on a shared CPU is noisy; only GPU figures speak to the GPU goals.",
         ],

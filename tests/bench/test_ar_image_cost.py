@@ -43,6 +43,7 @@ def test_registered_and_json_fields(doc: dict) -> None:
         fwd = next(c["call_ms"] for c in calls if c["config"]["batch"] == r["config"]["batch"] and c["config"]["k"] == 5)
         assert r["forward_ms"] == fwd and r["latency_s"]["n"] == 2
         assert r["overhead"] == pytest.approx((r["round_ms"] - fwd) / r["round_ms"], abs=1e-3)
+        assert 0 < r["in_round"]["overhead"] < 1 and r["in_round"]["forward_ms"] > 0
     assert doc["goal"]["met"] is None and "GPU" in doc["goal"]["reason"]
 
 
@@ -78,9 +79,11 @@ def test_only_loop_part_still_reports_forward() -> None:
 
 def test_round_clock_times_whole_rounds_across_generations() -> None:
     target = build_cost_model("tiny", 16)
-    times, gens = time_rounds(target, 2, 4, guidance=4.0, sampling={"temperature": 1.0, "top_k": 0, "top_p": 1.0},
-                              generators="single", rounds=12, warmup=1, device=torch.device("cpu"))
-    assert len(times) == 12 and all(t > 0 for t in times) and gens >= 1
+    timed = time_rounds(target, 2, 4, guidance=4.0, sampling={"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+                        generators="single", rounds=12, warmup=1, device=torch.device("cpu"))
+    assert len(timed["rounds"]) == 12 and all(t > 0 for t in timed["rounds"]) and timed["generations"] >= 2
+    assert len(timed["instrumented"]) == 12
+    assert all(0 < fwd < rnd for rnd, fwd in timed["instrumented"])  # the forward is part of its round
     clock = RoundClock(2)
     clock.update()
     clock.update()
