@@ -281,7 +281,8 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
     rows_per_image = 2 if guidance != 1.0 else 1
     runs: list[dict[str, Any]] = []
     configs: dict[str, Any] = {}
-    ks_by_tokens = {n: tuple(sorted(set(ks_base) | {min(w, n - 1) + 1 for w in extra_windows})) for n in tokens_list}
+    ks_by_tokens = {n: tuple(sorted({1, *ks_base} | {min(w, n - 1) + 1 for w in extra_windows}))
+                    for n in tokens_list}  # K = 1 is every cost ratio's denominator
     for name in names:
         for n in tokens_list:
             ks = ks_by_tokens[n]
@@ -372,7 +373,8 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
             "median of `repeats` synchronised calls after `warmup`, the K values interleaved round by round. "
             "A Jacobi window of L drafts feeds K = L + 1 tokens (the last committed token + L drafts).",
             "cost_ratio = call(K) / call(1); ms_per_token = call(K) / K. workload.ks per image size: the K values "
-            "asked for plus L + 1 for every window L timed or projected (L clipped to tokens - 1).",
+            "asked for plus 1 and L + 1 for every window L timed or projected (L clipped to tokens - 1). "
+            "peak_mem_gb (CUDA): peak allocated during the cell's calls, weights and KV cache included.",
             "mc-sjd-round-L*: rounds of diffspec's own loop (jacobi_sample, MCSJDConfig(window=L)), timed between "
             "its progress ticks, which follow the round's one host sync; overhead = (round - forward) / round, "
             "forward = call-K(L+1) of the same config, tokens and batch. in_round: the same from generations "

@@ -70,6 +70,13 @@ def test_given_compression_and_loop_projection() -> None:
     assert doc["projection"]["source"]["kind"] == "given on the command line"
 
 
+def test_k1_always_measured_for_the_ratio() -> None:
+    doc = run_ar_image_cost("tiny", methods=["call"], device="cpu", repeats=1, warmup=0, show_progress=False,
+                            overrides={"tokens": 16, "ks": 8, "batches": 1, "step_compression": "mc-sjd@4:2"})
+    assert [r["config"]["k"] for r in doc["runs"]] == [1, 5, 8]
+    assert all(r["cost_ratio"] > 0 for r in doc["runs"])
+
+
 def test_only_loop_part_still_reports_forward() -> None:
     doc = run_ar_image_cost("tiny", methods=["mc-sjd"], device="cpu", repeats=1, warmup=0, show_progress=False,
                             overrides={**SMALL, "batches": 1})
