@@ -237,11 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     merge.set_defaults(func=cmd_merge)
 
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
-    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, multimodal, "
-                       "multimodal-action, multimodal-cost, speech, kernels)")
+    bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, ar-image-cost, "
+                       "multimodal, multimodal-action, multimodal-cost, speech, kernels)")
     bench.add_argument("--model", default=None,
                        help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
-                       "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny-vlm (multimodal), tiny-vla "
+                       "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny | llamagen-xl | llamagen-7b-size, "
+                       "comma-separated (ar-image-cost), tiny-vlm (multimodal), tiny-vla "
                        "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost); kernels takes none")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
     bench.add_argument("--device", default=None)

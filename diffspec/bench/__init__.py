@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .ar_image import run_ar_image
+from .ar_image_cost import run_ar_image_cost
 from .dit_cache import run_dit_cache
 from .exact_diffusion import run_exact_diffusion
 from .kernels import run_kernels
@@ -27,7 +28,8 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, 
                                                     "ar-image": run_ar_image, "multimodal": run_multimodal,
                                                     "multimodal-action": run_multimodal_action, "speech": run_speech,
                                                     "kernels": run_kernels,
-                                                    "multimodal-cost": run_multimodal_cost}
+                                                    "multimodal-cost": run_multimodal_cost,
+                                                    "ar-image-cost": run_ar_image_cost}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -48,5 +50,5 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
     return doc
 
 
-__all__ = ["SUITES", "run_ar_image", "run_bench", "run_dit_cache", "run_exact_diffusion", "run_kernels",
-           "run_multimodal", "run_multimodal_action", "run_multimodal_cost", "run_speech"]
+__all__ = ["SUITES", "run_ar_image", "run_ar_image_cost", "run_bench", "run_dit_cache", "run_exact_diffusion",
+           "run_kernels", "run_multimodal", "run_multimodal_action", "run_multimodal_cost", "run_speech"]

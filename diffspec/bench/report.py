@@ -31,6 +31,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         from .mm_cost_project import cost_table
 
         return cost_table(doc)
+    if doc.get("suite") == "ar-image-cost":
+        from .ar_image_cost_report import cost_table
+
+        return cost_table(doc)
     if doc.get("suite") == "multimodal-action":
         from .vla import action_table
 
