@@ -28,6 +28,46 @@ from .official_ar_peers import (
     to_official_state,
 )
 
+NOTES = [
+    "arms: baseline = diffspec plain AR (KV cache); ar-official = the official llamagen_solver.generate; sjd-L*/mc-sjd-L* = "
+    "diffspec with its default init 'uniform' (uniform random token, q = uniform); mc-sjd-onehot-L* = diffspec mc-sjd "
+    "with init 'uniform-onehot' (the official init law); sjd-official-L* = SJD's LlamaGenSolver + SJD's renew_sampler; "
+    "scd-official-L* = SJD's LlamaGenSolver + SCD's jacobi_iteration_lumina_mgpt_SCDMC.renew_sampler (drop-in: same "
+    "patching and fields), both unmodified.",
+    "official Jacobi interval: the official loop sizes the next window from the length before the current commit, so "
+    "jacobi_loop_interval_r = N - L is the largest value that stays inside the 64-token image (the official LlamaGen "
+    "driver uses N - L - 2); the official code decodes its last L tokens one per call, and L = 64 (MC-SJD's image "
+    "default) cannot run on a 64-token image. diffspec clips the window at the image end. This, not the acceptance "
+    "rule, is most of the step-compression gap at L = 16 and 32.",
+    "official 'repeat_horizon' init (test_llamagen.py) falls back to uniform random tokens with one-hot q on LlamaGen: "
+    "the image width is read from logits_processor[0].w_latent_dim, which TopKLogitsWarper does not have.",
+    "sampling: CFG mixes logits, temperature 1, then top-k; diffspec top_k = 0 (whole codebook) and official "
+    "top_k = codebook size (TopKLogitsWarper needs k >= 1) are the same law; official SJD re-applies top-k to the "
+    "residual (harmless for top-k).",
+    "target_calls: forwards per image, prefill included (official: counted by wrapping model.inference; equals the "
+    "official printed NFE + 1); a CFG call evaluates 2 rows (target_evals). ms_per_call = median latency / mean calls.",
+    "timing: every image (class i % 10, seed i) is run by every arm in a rotating order, each call timed alone, "
+    "torch.inference_mode, 1 thread, after warmup images; the CPU is shared with other jobs, so wall-clock is noisy; "
+    "comparisons also give the median of per-image paired ratios.",
+    "quality.token_two_sample (when law_samples > 0): per-position chi-square homogeneity vs the diffspec baseline on "
+    "independent seeds, Bonferroni; a sanity check of the token law, too small to detect the kept-q bias of the "
+    "official MC scheduler that the toy exactness test finds.",
+    "the whole process runs on the transformers version in machine.transformers (SJD's pin, installed outside the "
+    "repository); diffspec's tiny-ar path does not use transformers.",
+]
+
+
+def best_vs_best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Fastest diffspec ``mc-sjd`` arm (any window) against the fastest official SCD arm (median per image)."""
+    ours = [r for r in runs if r["method"].startswith("mc-sjd") and not r["peer"]]
+    peers = [r for r in runs if r["method"].startswith("scd-official")]
+    if not ours or not peers:
+        return None
+    a = min(ours, key=lambda r: r["latency_s"]["median"])
+    b = min(peers, key=lambda r: r["latency_s"]["median"])
+    return {"diffspec": a["method"], "official": b["method"],
+            "wall_ratio_of_medians": round(b["latency_s"]["median"] / a["latency_s"]["median"], 3)}
+
 
 def _machine(transformers_version: str) -> dict[str, Any]:
     """The JSON machine block (diffusers is not imported: the official code's transformers pin breaks it)."""
@@ -198,5 +238,7 @@ def run_official_peers(*, sjd_repo: str | None = None, scd_repo: str | None = No
         },
         "runs": runs,
         "comparisons": comparisons,
+        "best_vs_best": best_vs_best(runs),
         "skipped": found["skipped"],
+        "notes": NOTES,
     }
