@@ -237,10 +237,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
                      "warmup": warmup, "quality_chunk": QUALITY_CHUNK},
         "runs": runs,
         "peers_not_run": {
-            "official SJD (tyshiwo1/Accelerating-T2I-AR-with-SJD)": "scripts are written for Lumina-mGPT/Emu3/"
-            "LlamaGen/Anole hub checkpoints on CUDA (pinned transformers 4.47); no hub and no GPU here",
-            "official MC-SJD / SCD (junhyukso/SCD)": "scripts for Lumina-mGPT 1.0, Janus-Pro and Cosmos-1 hub "
-            "checkpoints on CUDA (transformers 4.48); no hub and no GPU here",
+            "official SJD (tyshiwo1/Accelerating-T2I-AR-with-SJD) and MC-SJD / SCD (junhyukso/SCD)": "they need "
+            "their own transformers pin (4.47) in the process; run them side by side on tiny-ar with "
+            "scripts/ar_image_official_peers.py (checkouts given by path; see the README)",
             "official LANTERN / LANTERN++ (jadohu/LANTERN)": "scripts for LlamaGen/Anole hub checkpoints with "
             "their trained drafters on CUDA; no hub and no GPU here",
         },
