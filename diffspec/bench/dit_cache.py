@@ -408,7 +408,9 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         doc["notes"].append("compile: every arm runs the transformer compiled as compile.mode (compiled before the "
                             "arms are built, in the untimed warmup); compiled_graphs per run counts graphs dynamo "
                             "compiled in its warmup and after it (recompiles while timed); counting and quality "
-                            "passes run eagerly (torch.compiler.set_stance('force_eager')).")
+                            "passes run eagerly (torch.compiler.set_stance('force_eager')); compiled_vs_eager_max_abs: "
+                            "largest difference between the arm's last timed (compiled) output and its eager one, "
+                            "same seeds.")
     if equal is not None:
         doc["equal_evals"] = equal
         doc["notes"].append("equal_evals: each arm runs at the setting its search kept for budget_evals (see "

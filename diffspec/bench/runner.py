@@ -42,6 +42,10 @@ def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repea
             counts[arm.name], outputs[arm.name] = count_compute(workload, arm)
             stats[arm.name] = arm_stats(arm)
     full_units = max(counts[arms[0].name])
+    last: dict[str, torch.Tensor] = {}
+    if count_compiles:  # keep each arm's last timed output, to compare with its eager counting output
+        for arm in arms:
+            arm.run = _keep_last(arm.name, arm.run, last)
 
     time_arms(arms, workload.seeds, device=device, repeats=repeats, warmup=warmup, show_progress=show_progress,
               count_compiles=count_compiles)
@@ -72,5 +76,15 @@ def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repea
             run["stats"] = stats[arm.name]
         if "compiled_graphs" in arm.stats:
             run["compiled_graphs"] = arm.stats["compiled_graphs"]
+        if arm.name in last:
+            run["compiled_vs_eager_max_abs"] = float((last[arm.name].float() - outputs[arm.name].float()).abs().max())
         runs.append(run)
     return runs
+
+
+def _keep_last(name: str, run: Callable[[list[int]], torch.Tensor],
+               last: dict[str, torch.Tensor]) -> Callable[[list[int]], torch.Tensor]:
+    def kept(seeds: list[int]) -> torch.Tensor:
+        last[name] = out = run(seeds)
+        return out
+    return kept

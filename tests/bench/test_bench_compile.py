@@ -146,14 +146,17 @@ def test_exact_diffusion_json_records_compile():
     assert any("compile:" in note for note in doc["notes"])
 
 
-def test_dit_cache_json_records_compile():
+@pytest.mark.parametrize("mode", [pytest.param("default", marks=pytest.mark.slow), "blocks"])  # whole model: ~70 s
+def test_dit_cache_json_records_compile(mode):
+    """Forecast hooks on a compiled transformer: same outputs as eager, nothing compiled after warmup."""
     doc = run_bench("dit-cache", model="tiny-dit-random", steps=10, repeats=1, warmup=1, quality_samples=2,
-                    methods=["taylor"], compile="default", compile_backend="eager", show_progress=False)
-    assert doc["compile"] == {"mode": "default", "backend": "eager", "dynamic": False}
+                    methods=["taylor", "speca"], compile=mode, compile_backend="eager", show_progress=False)
+    assert doc["compile"] == {"mode": mode, "backend": "eager", "dynamic": False}
     runs = {r["method"]: r for r in doc["runs"]}
-    assert list(runs) == ["baseline", "taylor"]
+    assert list(runs) == ["baseline", "taylor", "speca"]
     for run in runs.values():
-        assert run["compile"] == "default" and run["compiled_graphs"]["after_warmup"] == 0
+        assert run["compile"] == mode and run["compiled_graphs"]["after_warmup"] == 0, run["method"]
+        assert run["compiled_vs_eager_max_abs"] < 1e-4, run["method"]
     assert runs["taylor"]["target_calls"] < runs["baseline"]["target_calls"]
     with pytest.raises(ValueError, match="budget_evals is not supported"):
         run_bench("dit-cache", model="tiny-dit-random", compile="default", budget_evals=[5], steps=10)
