@@ -46,11 +46,37 @@ def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
 
     from ..models import load_pipeline
 
-    pipe = load_pipeline(model, dtype=dtype, device=device)
+    pipe = random_dit_pipeline(model, device, dtype) if _is_dit_spec(model) else load_pipeline(model, dtype=dtype,
+                                                                                               device=device)
     if not hasattr(pipe, "get_label_ids"):
         raise ValueError(f"exact-diffusion needs a class-conditional DiTPipeline; {model!r} is {type(pipe).__name__}")
     pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _is_dit_spec(model: str) -> bool:
+    from .models import SPECS
+
+    return model in SPECS and SPECS[model].family == "dit"
+
+
+def random_dit_pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
+    """A ``DiTPipeline`` around a random-weight DiT of the named architecture (``dit-xl-2-256``): the
+    real-size speed workload (1000 classes, DDPM). Its VAE is a small random one with DiT's 8x
+    scale, used only to decode the quality set: quality figures on random weights mean nothing."""
+    from diffusers import AutoencoderKL, DDPMScheduler, DiTPipeline
+
+    from .models import build_transformer
+
+    transformer = build_transformer(model, dtype=dtype, device=device)
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16,) * 4, layers_per_block=1,
+                        latent_channels=4, norm_num_groups=8).to(device=device, dtype=dtype).eval()
+    scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False)
+    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler,
+                       id2label={i: f"class{i}" for i in range(transformer.config.num_embeds_ada_norm)})
     return pipe
 
 
@@ -126,7 +152,8 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                     if dev.type == "cpu" else None},
         "model": {"name": model, "transformer": type(pipe.transformer).__name__,
                   "params": sum(p.numel() for p in pipe.transformer.parameters()), "dtype": dtype or "float32",
-                  "weights": "trained"},
+                  "weights": "random (speed only: acceptance and quality are not a trained model's)"
+                  if _is_dit_spec(model) else "trained"},
         "workload": {"steps": step_counts[0] if single else step_counts, "quality_steps": quality_at,
                      "quality_methods": quality_methods,
                      "batch": batch, "seeds": list(range(batch)), "guidance_scale": guidance_scale,
