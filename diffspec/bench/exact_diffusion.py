@@ -129,10 +129,12 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     padded = None
     if compile_mode != "none":  # one compiled transformer for every arm, calls padded to fixed row counts
         plain_rows = batch * (2 if guidance_scale > 1 else 1)
-        lookahead = max([configs[m].max_lookahead for m in EXACT_METHODS if m in methods] + [1])
+        lookahead = max([configs[m].max_lookahead if configs[m].adaptive else configs[m].lookahead
+                         for m in EXACT_METHODS if m in methods] + [1])
         longest = max(lookahead, picard_window if "picard" in methods else 1)
+        cfg = plain_rows // batch  # rows per drafted state: 2 under guidance
         padded = PaddedRows(compile_transformer(pipe.transformer, compile_mode, model, compile_backend),
-                            row_buckets(plain_rows * longest, fixed=(plain_rows,)))
+                            [cfg * u for u in row_buckets(batch * longest, fixed=(batch,))])
         pipe.transformer = padded
     specs = {m: SpeculativePipeline.from_pipe(pipe, method=configs[m]) for m in EXACT_METHODS if m in methods}
     plain = SpeculativePipeline.from_pipe(pipe, method="coupling")
