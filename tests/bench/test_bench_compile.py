@@ -104,7 +104,6 @@ def test_padding_keeps_the_real_rows_and_counts_them_apart(pipe):
     assert padded.real_rows == 5 and padded.active
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("plain", [True, False], ids=["baseline", "coupling"])
 def test_compiled_samples_match_eager_and_nothing_recompiles_after_warmup(pipe, plain):
     """Dynamo (eager backend): coupling's varying verify rows are padded to buckets compiled once."""
@@ -128,7 +127,6 @@ def test_compiled_samples_match_eager_and_nothing_recompiles_after_warmup(pipe, 
         assert seen == {2} and padded.padded_rows == 0  # the plain step is never padded
 
 
-@pytest.mark.slow  # ~30 s on a loaded 2-core CPU (dynamo traces 4 row buckets)
 def test_exact_diffusion_json_records_compile():
     doc = run_bench("exact-diffusion", model="tiny-dit", steps=6, quality_samples=4, repeats=1, warmup=1,
                     methods=["coupling", "fewer-steps"], overrides={"lookahead": 2, "max_lookahead": 2},
