@@ -182,8 +182,9 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                 "compile: every arm calls the same compiled transformer (compile.mode); calls are padded to the "
                 "next of compile.row_buckets by repeating the last row and the padding is cut from the output "
                 "(never counted in target_evals); every bucket is compiled in the untimed warmup. Per run, "
-                "compiled_graphs counts graphs compiled in its warmup and after it (should be 0), rows its padding "
-                "overhead. Counting and quality passes run eagerly (torch.compiler.set_stance('force_eager')); "
+                "compiled_graphs counts graphs compiled in its warmup runs and after them (should be 0; most graphs "
+                "are compiled before, in the untimed counting pass and the prewarm of every bucket), rows the "
+                "buckets it called and its padding overhead. Counting and quality passes run eagerly (torch.compiler.set_stance('force_eager')); "
                 "compiled outputs match eager within float tolerance (tests/bench/test_bench_compile.py)."]),
         ],
     }
