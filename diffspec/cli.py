@@ -106,11 +106,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     device = _device(args.device)
     model = {"model": args.model} if args.model else {}  # each suite has its own default model
+    if args.compile is not None and args.suite not in ("exact-diffusion", "dit-cache"):
+        raise UsageError(f"--compile applies to the exact-diffusion and dit-cache suites, not {args.suite!r}")
     doc = run_bench(args.suite, out=args.out, **model, methods=methods, device=device, dtype=args.dtype,
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
                     allow_cpu=args.allow_cpu, **({"images": args.images} if args.images else {}),
                     **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
+                    **({"compile": args.compile} if args.compile is not None else {}),
                     **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}))
     print(headline(doc))
     print(markdown_table(doc))
@@ -259,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--budget-evals", type=lambda v: [float(b) for b in v.split(",")], default=None,
                        metavar="B[,B...]", help="dit-cache: tune every arm to these full-evaluation budgets "
                        "(searched on calibration seeds) and compare them at equal evals")
+    bench.add_argument("--compile", default=None, metavar="MODE",
+                       help="exact-diffusion, dit-cache: compile the transformer every arm runs: none (default), "
+                       "default, reduce-overhead (CUDA graphs), repeated-blocks (diffusers' regional compile), "
+                       "blocks (diffspec's regional compile, also DiT); compiled in the untimed warmup")
     bench.add_argument("--out", type=Path, default=None, help="JSON file to write")
     bench.set_defaults(func=cmd_bench)
 

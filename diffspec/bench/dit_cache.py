@@ -16,6 +16,10 @@ cache-dit's DBCache with and without its TaylorSeer calibrator (when cache-dit i
 :mod:`diffspec.bench.cache_dit_peer`), and a plain run with fewer steps (as many as ``taylor`` runs
 in full). A peer that cannot run on the model (cache-dit missing, or a transformer it is not wired
 up for) is left out and listed under ``"skipped"`` in the JSON.
+
+``compile`` (``--compile``, see :mod:`.compiled`) compiles the transformer once, before any arm is
+built, so every arm (baseline, ours, peers) runs on it; compilation happens in the untimed
+warmup, graphs compiled after it are counted per run, counting and quality passes run eagerly.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..forecast.gate import Schedule
 from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
 from .cache_dit_peer import CACHE_DIT_PEERS, CacheDitCache
+from .compiled import check_compile_mode, compile_transformer, eager
 from .models import SPECS, build_transformer, make_call, timesteps_for
 from .peers import (
     PEER_CACHES,
@@ -323,11 +328,14 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                   dtype: str | None = None, steps: int | None = None, batch: int | None = None, repeats: int = 3,
                   warmup: int = 1, quality_samples: int = 500, guidance_scale: float = 4.0,
                   overrides: dict[str, Any] | None = None, allow_cpu: bool = False,
-                  show_progress: bool = True, budget_evals: list[float] | None = None) -> dict[str, Any]:
+                  show_progress: bool = True, budget_evals: list[float] | None = None,
+                  compile: str | None = None, compile_backend: str = "inductor") -> dict[str, Any]:
     """Run the ``dit-cache`` suite and return the JSON document (DESIGN.md section 5).
 
     ``budget_evals``: the equal-budget mode (:mod:`diffspec.bench.equal_evals`): every arm's knobs are
     searched on calibration seeds for each budget of full evaluations, then all are measured side by side.
+    ``compile``: one of :data:`~diffspec.bench.compiled.COMPILE_MODES`, applied to the transformer
+    every arm runs (not with ``budget_evals``).
 
     Example:
         >>> doc = run_dit_cache("tiny-dit", methods=["taylor"], repeats=1, quality_samples=20)  # doctest: +SKIP
@@ -343,10 +351,18 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
     for field, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("quality_samples", quality_samples, 2)):
         if value < low:
             raise ValueError(f"{field}={value} is out of range; must be >= {low}")
+    compile_mode = check_compile_mode(compile)
+    if compile_mode != "none" and budget_evals:
+        raise ValueError(f"compile={compile_mode!r} with budget_evals is not supported; use compile='none' "
+                         "for the equal-evals mode")
     steps = steps or default_steps(model)
     batch = batch or (1 if model in SPECS else 10)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
                              guidance_scale=guidance_scale)
+    if compile_mode != "none":  # before any arm exists: every arm runs the same compiled transformer
+        workload.transformer = compile_transformer(workload.transformer, compile_mode, model, compile_backend)
+        if isinstance(workload, PipelineWorkload):
+            workload.pipe.transformer = workload.transformer
     skipped: list[dict[str, str]] = []
     equal: dict[str, Any] | None = None
     if budget_evals:
@@ -359,8 +375,12 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         runs, equal = equal["runs"], equal["equal_evals"]
     else:
         arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
+        compiled = compile_mode != "none"
         runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
-                        quality_chunk=max(batch, 50), show_progress=show_progress)
+                        quality_chunk=max(batch, 50), show_progress=show_progress,
+                        untimed=eager if compiled else None, count_compiles=compiled)
+        for run in runs:
+            run["compile"] = compile_mode
     params = sum(p.numel() for p in workload.transformer.parameters())
     describe = workload.describe()
     describe.update(repeats=repeats, warmup=warmup,
@@ -372,6 +392,8 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                   "params": params, "dtype": dtype_name, "weights": "trained" if workload.mode == "pipeline"
                   else "random (speed does not depend on weight values)"},
         "workload": describe,
+        "compile": {"mode": compile_mode,
+                    **({"backend": compile_backend, "dynamic": False} if compile_mode != "none" else {})},
         "runs": runs,
         "notes": [
             "target_calls: transformer calls in which every block ran in full; target_evals: block work "
@@ -382,6 +404,13 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
             "quality passes are untimed.",
         ],
     }
+    if compile_mode != "none":
+        doc["notes"].append("compile: every arm runs the transformer compiled as compile.mode (compiled before the "
+                            "arms are built, in the untimed warmup); compiled_graphs per run counts graphs dynamo "
+                            "compiled in its warmup and after it (recompiles while timed); counting and quality "
+                            "passes run eagerly (torch.compiler.set_stance('force_eager')); compiled_vs_eager_max_abs: "
+                            "largest difference between the arm's last timed (compiled) output and its eager one, "
+                            "same seeds.")
     if equal is not None:
         doc["equal_evals"] = equal
         doc["notes"].append("equal_evals: each arm runs at the setting its search kept for budget_evals (see "

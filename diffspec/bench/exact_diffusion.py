@@ -11,10 +11,15 @@ transformer calls and rows evaluated per sample (at the timed batch and over the
 acceptance per draft depth, wall-clock (interleaved, warmed up), and quality: a two-sample test
 of the final latents against the baseline's (energy distance and per-coordinate KS; exact arms
 must pass), reference FID and class accuracy of the decoded images.
+
+``compile`` (``--compile``, see :mod:`.compiled`) compiles the transformer once for every arm
+(baseline and peers alike); calls are padded to a few fixed row counts, each compiled (and on CUDA
+graph-captured) in the untimed warmup. Counting and quality passes run eagerly.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +29,7 @@ from ..api import SpeculativePipeline
 from ..config import AutospecConfig, CouplingConfig
 from ..progress import progress
 from ..stats import SpecStats
+from .compiled import PaddedRows, check_compile_mode, compile_transformer, eager, recompile_limit, row_buckets
 from .dit_cache import method_configs
 from .exact_peers import SOLVERS, picard_runner, solver_runner
 from .timing import Arm, latency_summary, machine_info, time_arms
@@ -40,11 +46,37 @@ def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
 
     from ..models import load_pipeline
 
-    pipe = load_pipeline(model, dtype=dtype, device=device)
+    pipe = random_dit_pipeline(model, device, dtype) if _is_dit_spec(model) else load_pipeline(model, dtype=dtype,
+                                                                                               device=device)
     if not hasattr(pipe, "get_label_ids"):
         raise ValueError(f"exact-diffusion needs a class-conditional DiTPipeline; {model!r} is {type(pipe).__name__}")
     pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _is_dit_spec(model: str) -> bool:
+    from .models import SPECS
+
+    return model in SPECS and SPECS[model].family == "dit"
+
+
+def random_dit_pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
+    """A ``DiTPipeline`` around a random-weight DiT of the named architecture (``dit-xl-2-256``): the
+    real-size speed workload (1000 classes, DDPM). Its VAE is a small random one with DiT's 8x
+    scale, used only to decode the quality set: quality figures on random weights mean nothing."""
+    from diffusers import AutoencoderKL, DDPMScheduler, DiTPipeline
+
+    from .models import build_transformer
+
+    transformer = build_transformer(model, dtype=dtype, device=device)
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(16,) * 4, layers_per_block=1,
+                        latent_channels=4, norm_num_groups=8).to(device=device, dtype=dtype).eval()
+    scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", clip_sample=False)
+    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler,
+                       id2label={i: f"class{i}" for i in range(transformer.config.num_embeds_ada_norm)})
     return pipe
 
 
@@ -64,7 +96,8 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                         overrides: dict[str, Any] | None = None, show_progress: bool = True,
                         quality_steps: list[int] | None = None, quality_methods: list[str] | None = None,
                         solver_steps: tuple[int, ...] = (10, 20, 25, 50),
-                        picard_window: int = 8, picard_tol: float = 0.1, **_: Any) -> dict[str, Any]:
+                        picard_window: int = 8, picard_tol: float = 0.1, compile: str | None = None,
+                        compile_backend: str = "inductor", **_: Any) -> dict[str, Any]:
     """Run the suite at one or several step counts and return the JSON document (DESIGN.md section 5).
 
     ``steps`` may be a list (or ``"50,100,250"``): each step count is a group of arms with its own
@@ -72,7 +105,8 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     ``quality_steps`` (default: all); the ODE-solver peers, which do not depend on the baseline's
     step count, run once, in the first quality group. ``quality_methods`` limits the quality
     measurement to these arms (``ddim`` / ``dpm-solver++`` name all their step counts; the baseline
-    is always measured).
+    is always measured). ``compile``: one of :data:`~diffspec.bench.compiled.COMPILE_MODES`, applied to
+    the transformer that every arm calls.
 
     Example:
         >>> doc = run_exact_diffusion("tiny-dit", steps=[20, 50], quality_samples=50, repeats=1)  # doctest: +SKIP
@@ -88,16 +122,28 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                          f"{', '.join((*EXACT_METHODS, *PEERS))}")
     if quality_samples < 2:
         raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
+    compile_mode = check_compile_mode(compile)
     pipe = _pipeline(model, dev, getattr(torch, dtype or "float32"))
     configs = method_configs(dict(overrides or {}), {"coupling": CouplingConfig, "autospec": AutospecConfig})
     configs["coupling-forecast"] = configs["coupling"].replace(draft="forecast")
+    padded = None
+    if compile_mode != "none":  # one compiled transformer for every arm, calls padded to fixed row counts
+        plain_rows = batch * (2 if guidance_scale > 1 else 1)
+        lookahead = max([configs[m].max_lookahead if configs[m].adaptive else configs[m].lookahead
+                         for m in EXACT_METHODS if m in methods] + [1])
+        longest = max(lookahead, picard_window if "picard" in methods else 1)
+        cfg = plain_rows // batch  # rows per drafted state: 2 under guidance
+        padded = PaddedRows(compile_transformer(pipe.transformer, compile_mode, model, compile_backend),
+                            [cfg * u for u in row_buckets(batch * longest, fixed=(batch,))])
+        pipe.transformer = padded
     specs = {m: SpeculativePipeline.from_pipe(pipe, method=configs[m]) for m in EXACT_METHODS if m in methods}
     plain = SpeculativePipeline.from_pipe(pipe, method="coupling")
     num_classes = len(pipe.labels) if getattr(pipe, "labels", None) else 1000
     setup = _Setup(pipe, dev, specs, plain, num_classes, guidance_scale, batch, repeats, warmup, quality_samples,
-                   show_progress, methods, picard_window, picard_tol, quality_methods)
+                   show_progress, methods, picard_window, picard_tol, quality_methods, compile_mode, padded)
     runs: list[dict[str, Any]] = []
-    with torch.inference_mode():
+    limit = recompile_limit(len(padded.buckets) + 4) if padded is not None else contextlib.nullcontext()
+    with torch.inference_mode(), limit:
         for n in step_counts:
             solvers = solver_steps if quality_at and n == quality_at[0] else ()
             runs += _group(setup, n, quality=n in quality_at, solver_steps=solvers)
@@ -108,13 +154,15 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                     if dev.type == "cpu" else None},
         "model": {"name": model, "transformer": type(pipe.transformer).__name__,
                   "params": sum(p.numel() for p in pipe.transformer.parameters()), "dtype": dtype or "float32",
-                  "weights": "trained"},
+                  "weights": "random (speed only: acceptance and quality are not a trained model's)"
+                  if _is_dit_spec(model) else "trained"},
         "workload": {"steps": step_counts[0] if single else step_counts, "quality_steps": quality_at,
                      "quality_methods": quality_methods,
                      "batch": batch, "seeds": list(range(batch)), "guidance_scale": guidance_scale,
                      "scheduler": "DDPMScheduler", "quality_samples": quality_samples, "repeats": repeats,
                      "warmup": warmup, "quality_chunk": QUALITY_CHUNK, "solver_steps": list(solver_steps),
                      "picard": {"window": picard_window, "tol": picard_tol}},
+        "compile": _compile_block(compile_mode, padded, compile_backend),
         "runs": runs,
         "notes": [
             "target_calls: sequential transformer calls for the timed batch; target_evals: transformer rows per "
@@ -130,6 +178,14 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
             "ddim (eta 0) and dpm-solver++ (2M) are deterministic ODE solvers at their own step counts "
             "(config.num_inference_steps): compare by reference FID and accuracy with the baseline of their group.",
             "Wall-clock on CPU is measured on a loaded shared machine: read it as indicative only.",
+            *([] if padded is None else [
+                "compile: every arm calls the same compiled transformer (compile.mode); calls are padded to the "
+                "next of compile.row_buckets by repeating the last row and the padding is cut from the output "
+                "(never counted in target_evals); every bucket is compiled in the untimed warmup. Per run, "
+                "compiled_graphs counts graphs compiled in its warmup runs and after them (should be 0; most graphs "
+                "are compiled before, in the untimed counting pass and the prewarm of every bucket), rows the "
+                "buckets it called and its padding overhead. Counting and quality passes run eagerly (torch.compiler.set_stance('force_eager')); "
+                "compiled outputs match eager within float tolerance (tests/bench/test_bench_compile.py)."]),
         ],
     }
 
@@ -151,6 +207,8 @@ class _Setup:
     picard_window: int
     picard_tol: float
     quality_methods: list[str] | None
+    compile_mode: str = "none"
+    padded: PaddedRows | None = None
 
 
 def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -178,6 +236,8 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
                                 "tol": s.picard_tol}))
     calls_of: dict[str, dict[str, Any]] = {}
     for arm in arms:  # untimed pass at the timed batch: sequential calls, rows, acceptance
+        if s.padded is not None:
+            arm.run = _watch_rows(arm, s.padded)
         arm.run(timed_seeds)
         calls_of[arm.name] = _calls(stats_of[arm.name])
     if "fewer-steps" in s.methods:
@@ -192,11 +252,28 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
                                                 num_classes=s.num_classes), peer=True,
                             config={"num_inference_steps": k, "sampler": solver, "deterministic": True}))
             calls_of[name] = {"target_calls": k, "target_evals": float(k)}
-    time_arms(arms, timed_seeds, device=s.dev, repeats=s.repeats, warmup=s.warmup, show_progress=s.show_progress)
+    if s.padded is not None:
+        for arm in arms:  # the arms added after the counting pass (fewer-steps, solvers)
+            if not hasattr(arm.run, "rows"):
+                arm.run = _watch_rows(arm, s.padded)
+        s.padded.prewarm()  # every row bucket compiled (and CUDA-graph captured) before timing
+    time_arms(arms, timed_seeds, device=s.dev, repeats=s.repeats, warmup=s.warmup, show_progress=s.show_progress,
+              count_compiles=s.padded is not None)
     samples: dict[str, torch.Tensor] = {}
     quality_calls: dict[str, dict[str, Any]] = {}
     n = s.quality_samples
-    for i, arm in enumerate(arms if quality else []):  # independent seeds per arm: the tests need independence
+    untimed = eager(s.padded) if s.padded is not None else contextlib.nullcontext()
+    with untimed:
+        _quality_pass(s, arms if quality else [], steps, stats_of, calls_of, samples, quality_calls)
+    return _runs(arms, samples, calls_of, quality_calls, s.pipe, s.num_classes, n, steps, s.compile_mode)
+
+
+def _quality_pass(s: _Setup, arms: list[Arm], steps: int, stats_of: dict[str, SpecStats],
+                  calls_of: dict[str, dict[str, Any]], samples: dict[str, torch.Tensor],
+                  quality_calls: dict[str, dict[str, Any]]) -> None:
+    """Each arm's quality set (independent seeds per arm: the two-sample tests need independence)."""
+    n = s.quality_samples
+    for i, arm in enumerate(arms):  # independent seeds per arm: the tests need independence
         if s.quality_methods is not None and arm.name != "baseline" and arm.name not in s.quality_methods \
                 and arm.config.get("sampler") not in s.quality_methods:
             continue
@@ -213,7 +290,34 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
         samples[arm.name] = torch.cat(chunks)
         quality_calls[arm.name] = {"target_calls_per_chunk": round(calls / len(chunks), 2),
                                    "target_evals": round(evals / n, 3)}
-    return _runs(arms, samples, calls_of, quality_calls, s.pipe, s.num_classes, n, steps)
+
+
+def _watch_rows(arm: Arm, padded: PaddedRows) -> Any:
+    """``arm.run`` recording, in ``arm.stats["rows"]``, the row buckets it called and its padding overhead."""
+    run = arm.run
+    record = arm.stats.setdefault("rows", {"buckets": [], "real": 0, "padding": 0})
+
+    def watched(seeds: list[int]) -> torch.Tensor:
+        seen, real, pad = padded.seen, padded.real_rows, padded.padded_rows
+        padded.seen = set()
+        try:
+            return run(seeds)
+        finally:
+            record["buckets"] = sorted(set(record["buckets"]) | padded.seen)
+            record["real"] += padded.real_rows - real
+            record["padding"] += padded.padded_rows - pad
+            padded.seen = seen | padded.seen
+
+    watched.rows = record  # type: ignore[attr-defined]
+    return watched
+
+
+def _compile_block(mode: str, padded: PaddedRows | None, backend: str) -> dict[str, Any]:
+    """The top-level ``compile`` entry of the JSON."""
+    if padded is None:
+        return {"mode": mode}
+    return {"mode": mode, "backend": backend, "dynamic": False, "row_buckets": padded.buckets, "compiled_shapes": sorted(padded.seen),
+            "padding": "calls padded to the next row bucket by repeating the last row; padding cut from outputs"}
 
 
 def _calls(stats: SpecStats) -> dict[str, Any]:
@@ -224,7 +328,7 @@ def _calls(stats: SpecStats) -> dict[str, Any]:
 
 def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str, dict[str, Any]],
           quality_calls: dict[str, dict[str, Any]], pipe: Any, num_classes: int, n: int,
-          steps: int) -> list[dict[str, Any]]:
+          steps: int, compile_mode: str = "none") -> list[dict[str, Any]]:
     from ..models import class_accuracy, reference_fid
 
     base_median = latency_summary(arms[0].times)["median"]
@@ -249,5 +353,16 @@ def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str,
                      "speedup_vs_baseline": round(base_median / latency["median"], 3),
                      "calls_speedup_vs_baseline": round(calls_of["baseline"]["target_calls"]
                                                         / calls_of[arm.name]["target_calls"], 3),
-                     "quality": quality})
+                     "compile": compile_mode, **_compile_stats(arm), "quality": quality})
     return runs
+
+
+def _compile_stats(arm: Arm) -> dict[str, Any]:
+    """A run's compile figures: graphs compiled in warmup / after it, row buckets and padding overhead."""
+    out: dict[str, Any] = {}
+    if "compiled_graphs" in arm.stats:
+        out["compiled_graphs"] = arm.stats["compiled_graphs"]
+    rows = arm.stats.get("rows")
+    if rows is not None:
+        out["rows"] = {"buckets": rows["buckets"], "padding_fraction": round(rows["padding"] / max(rows["real"], 1), 4)}
+    return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,21 +25,35 @@ def arm_stats(arm: Arm) -> dict[str, Any] | None:
 
 @torch.inference_mode()
 def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repeats: int, warmup: int,
-             quality_samples: int, quality_chunk: int, show_progress: bool = True) -> list[dict[str, Any]]:
-    """Measure every arm; the first arm is the baseline the others are compared with."""
+             quality_samples: int, quality_chunk: int, show_progress: bool = True,
+             untimed: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+             count_compiles: bool = False) -> list[dict[str, Any]]:
+    """Measure every arm; the first arm is the baseline the others are compared with.
+
+    ``untimed``: a context the counting and quality passes run in (e.g. eager under ``--compile``);
+    ``count_compiles``: record graphs compiled per arm in warmup and after it (see :func:`time_arms`).
+    """
+    untimed = untimed or contextlib.nullcontext
     counts: dict[str, list[int]] = {}
     outputs: dict[str, torch.Tensor] = {}
     stats: dict[str, Any] = {}
-    for arm in arms:
-        counts[arm.name], outputs[arm.name] = count_compute(workload, arm)
-        stats[arm.name] = arm_stats(arm)
+    with untimed():
+        for arm in arms:
+            counts[arm.name], outputs[arm.name] = count_compute(workload, arm)
+            stats[arm.name] = arm_stats(arm)
     full_units = max(counts[arms[0].name])
+    last: dict[str, torch.Tensor] = {}
+    if count_compiles:  # keep each arm's last timed output, to compare with its eager counting output
+        for arm in arms:
+            arm.run = _keep_last(arm.name, arm.run, last)
 
-    time_arms(arms, workload.seeds, device=device, repeats=repeats, warmup=warmup, show_progress=show_progress)
+    time_arms(arms, workload.seeds, device=device, repeats=repeats, warmup=warmup, show_progress=show_progress,
+              count_compiles=count_compiles)
 
     if workload.mode == "pipeline":
-        samples = {arm.name: generate_quality_set(workload, arm, quality_samples, quality_chunk, show_progress)
-                   for arm in arms}
+        with untimed():
+            samples = {arm.name: generate_quality_set(workload, arm, quality_samples, quality_chunk, show_progress)
+                       for arm in arms}
         seeds = workload.quality_seeds(quality_samples)
     else:
         samples, seeds = outputs, workload.seeds
@@ -58,5 +74,17 @@ def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repea
                "speedup_vs_baseline": round(base_median / latency["median"], 3), "quality": quality}
         if stats[arm.name] is not None:
             run["stats"] = stats[arm.name]
+        if "compiled_graphs" in arm.stats:
+            run["compiled_graphs"] = arm.stats["compiled_graphs"]
+        if arm.name in last:
+            run["compiled_vs_eager_max_abs"] = float((last[arm.name].float() - outputs[arm.name].float()).abs().max())
         runs.append(run)
     return runs
+
+
+def _keep_last(name: str, run: Callable[[list[int]], torch.Tensor],
+               last: dict[str, torch.Tensor]) -> Callable[[list[int]], torch.Tensor]:
+    def kept(seeds: list[int]) -> torch.Tensor:
+        last[name] = out = run(seeds)
+        return out
+    return kept

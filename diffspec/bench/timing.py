@@ -45,24 +45,31 @@ def synchronize(device: torch.device | str) -> None:
 
 
 def time_arms(arms: list[Arm], seeds: list[int], *, device: torch.device | str, repeats: int, warmup: int,
-              show_progress: bool = True) -> None:
+              show_progress: bool = True, count_compiles: bool = False) -> None:
     """Run every arm ``warmup`` times untimed, then ``repeats`` rounds, interleaving the arms each round.
 
     The order of the arms rotates between rounds so that no arm always runs first (cache, clocks).
-    Fills ``arm.times`` (seconds) and, on CUDA, ``arm.peak_mem_gb``.
+    Fills ``arm.times`` (seconds) and, on CUDA, ``arm.peak_mem_gb``. ``count_compiles``: also
+    ``arm.stats["compiled_graphs"] = {"warmup": n, "after_warmup": m}`` (graphs dynamo compiled
+    during the arm's warmup runs and during its timed runs; ``after_warmup`` should be 0).
     """
+    from .compiled import graphs_compiled
+
     cuda = torch.device(device).type == "cuda"
     total = len(arms) * (warmup + repeats)
     with progress(total=total, desc="bench", disable=not show_progress) as bar:
         for arm in arms:
             arm.times.clear()
             arm.enable()
+            before = graphs_compiled()
             try:
                 for _ in range(warmup):
                     arm.run(seeds)
                     bar.update()
             finally:
                 arm.disable()
+            if count_compiles:
+                arm.stats["compiled_graphs"] = {"warmup": graphs_compiled() - before, "after_warmup": 0}
         for r in range(repeats):
             for arm in arms[r % len(arms):] + arms[: r % len(arms)]:
                 arm.enable()
@@ -71,10 +78,13 @@ def time_arms(arms: list[Arm], seeds: list[int], *, device: torch.device | str, 
                         torch.cuda.reset_peak_memory_stats(device)
                         base = torch.cuda.memory_allocated(device)
                     synchronize(device)
+                    before = graphs_compiled()
                     start = time.perf_counter()
                     arm.run(seeds)
                     synchronize(device)
                     arm.times.append(time.perf_counter() - start)
+                    if count_compiles:
+                        arm.stats["compiled_graphs"]["after_warmup"] += graphs_compiled() - before
                     if cuda:
                         peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
                         arm.peak_mem_gb = max(arm.peak_mem_gb or 0.0, round(peak, 3))

@@ -45,3 +45,11 @@ def test_bad_arguments():
         run_bench("exact-diffusion", overrides={"interval": 3}, steps=4, quality_samples=4)
     with pytest.raises(ValueError, match="each step count must be >= 2"):
         run_bench("exact-diffusion", steps="50,1", quality_samples=4)
+
+
+def test_a_dit_architecture_name_runs_on_random_weights():
+    """``--model dit-xl-2-256`` (here its tiny sibling): a random-weight DiTPipeline, marked as such."""
+    doc = run_bench("exact-diffusion", model="tiny-dit-random", steps=4, quality_samples=2, repeats=1, warmup=0,
+                    methods=["coupling"], show_progress=False)
+    assert doc["model"]["weights"].startswith("random") and doc["model"]["transformer"] == "DiTTransformer2DModel"
+    assert [r["method"] for r in doc["runs"]] == ["baseline", "coupling"] and doc["compile"] == {"mode": "none"}
