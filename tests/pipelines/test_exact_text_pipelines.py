@@ -168,6 +168,21 @@ def test_pixart_sigma_higher_order_sde_dpm_solver_has_the_plain_law(order):
     assert report["passed"], report
 
 
+@pytest.mark.parametrize("order", [2, 3])
+def test_sd3_with_flow_sde_dpm_solver_of_higher_order_has_the_plain_law(order):
+    """SD3 with multistep SDE-DPM-Solver++ on flow sigmas (velocity prediction), orders 2 and 3."""
+    pipe = build_sd3(DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++", solver_order=order,
+                                                 use_flow_sigmas=True, prediction_type="flow_prediction",
+                                                 flow_shift=3.0))
+    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4)
+    plain = _latents(spec.plain, pipe, FAST_N, 1, 24, 5.0)
+    samples = _latents(spec, pipe, FAST_N, 2, 24, 5.0)
+    assert 0 < spec.stats.accepted < spec.stats.proposed, spec.stats
+    assert spec.stats.target_calls < 24
+    report = same_law(plain, samples)
+    assert report["passed"], report
+
+
 def test_sd3_flow_speculative_samples_have_the_plain_law(sd3, sd3_plain):
     spec = SpeculativePipeline.from_pipe(sd3, method="coupling", lookahead=4)
     samples = _latents(spec, sd3, FAST_N, 2, SD3_STEPS, 5.0)

@@ -18,6 +18,11 @@ CASES = [
     ({"algorithm_type": "sde-dpmsolver", "solver_order": 2, "final_sigmas_type": "sigma_min"}, 12),
     ({"algorithm_type": "sde-dpmsolver", "solver_order": 2, "solver_type": "heun",
       "final_sigmas_type": "sigma_min"}, 20),
+    # flow-matching models (SD3 / Wan style): flow sigmas and the velocity prediction
+    ({"algorithm_type": "sde-dpmsolver++", "solver_order": 2, "use_flow_sigmas": True,
+      "prediction_type": "flow_prediction"}, 16),
+    ({"algorithm_type": "sde-dpmsolver++", "solver_order": 3, "use_flow_sigmas": True,
+      "prediction_type": "flow_prediction", "flow_shift": 3.0}, 20),
 ]
 
 
