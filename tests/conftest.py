@@ -20,6 +20,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def fresh_dynamo():
+    """Reset torch.compile's caches and counters around a test (compile tests count graphs and recompiles)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def tiny_dit_pipe():
     from diffspec.bench.models import build_random_dit_pipeline
 

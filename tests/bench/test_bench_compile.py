@@ -30,11 +30,8 @@ STEPS = 12
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+def _fresh_dynamo(fresh_dynamo):
+    """Every test starts and ends with an empty dynamo cache and counters (tests/conftest.py)."""
 
 
 @pytest.fixture

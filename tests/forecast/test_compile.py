@@ -57,11 +57,8 @@ def _setup(name, method, steps=STEPS):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+def _fresh_dynamo(fresh_dynamo):
+    """Every test starts and ends with an empty dynamo cache and counters (tests/conftest.py)."""
 
 
 def _warm_then_repeat(generate, m):
