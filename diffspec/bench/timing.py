@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,8 @@ def time_arms(arms: list[Arm], seeds: list[int], *, device: torch.device | str, 
     The order of the arms rotates between rounds so that no arm always runs first (cache, clocks).
     Fills ``arm.times`` (seconds) and, on CUDA, ``arm.peak_mem_gb``. ``count_compiles``: also
     ``arm.stats["compiled_graphs"] = {"warmup": n, "after_warmup": m}`` (graphs dynamo compiled
-    during the arm's warmup runs and during its timed runs; ``after_warmup`` should be 0).
+    during the arm's warmup runs and during its timed runs; ``after_warmup`` should be 0), after
+    untimed all-arm rounds that settle the graphs arm switches need (``"settle"``, see :func:`_settle`).
     """
     from .compiled import graphs_compiled
 
@@ -70,6 +72,8 @@ def time_arms(arms: list[Arm], seeds: list[int], *, device: torch.device | str, 
                 arm.disable()
             if count_compiles:
                 arm.stats["compiled_graphs"] = {"warmup": graphs_compiled() - before, "after_warmup": 0}
+        if count_compiles:
+            _settle(arms, seeds, graphs_compiled)
         for r in range(repeats):
             for arm in arms[r % len(arms):] + arms[: r % len(arms)]:
                 arm.enable()
@@ -91,6 +95,43 @@ def time_arms(arms: list[Arm], seeds: list[int], *, device: torch.device | str, 
                 finally:
                     arm.disable()
                 bar.update()
+    if count_compiles:
+        for arm in arms:
+            graphs = arm.stats["compiled_graphs"]
+            graphs["timing_valid"] = graphs["after_warmup"] == 0
+            if not graphs["timing_valid"]:
+                warnings.warn(f"bench: arm {arm.name!r} compiled {graphs['after_warmup']} graph(s) during its timed "
+                              "runs: its time includes compilation (compiled_graphs.timing_valid = false)",
+                              stacklevel=2)
+
+
+SETTLE_ROUNDS = 3
+"""Most untimed all-arm rounds run after the warmups under ``--compile`` until one compiles nothing."""
+
+
+def _settle(arms: list[Arm], seeds: list[int], graphs_compiled: Callable[[], int]) -> None:
+    """Untimed rounds over every arm, in turn, until a round compiles no graph (at most ``SETTLE_ROUNDS``).
+
+    Switching arms changes the hooks on the compiled modules, and dynamo may recompile the first time it
+    sees a module state again after another arm's (an arm's own warmup runs only its state): these
+    rounds pay for every such graph before the timed rounds. Records ``compiled_graphs["settle"]``.
+    """
+    for arm in arms:
+        arm.stats["compiled_graphs"]["settle"] = 0
+    for _ in range(SETTLE_ROUNDS):
+        compiled = 0
+        for arm in arms:
+            arm.enable()
+            before = graphs_compiled()
+            try:
+                arm.run(seeds)
+            finally:
+                arm.disable()
+            n = graphs_compiled() - before
+            arm.stats["compiled_graphs"]["settle"] += n
+            compiled += n
+        if not compiled:
+            return
 
 
 def latency_summary(times: list[float]) -> dict[str, float | int]:
