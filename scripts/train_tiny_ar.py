@@ -169,13 +169,15 @@ def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float],
     out: dict = {"samples_per_setting": n, "sampling": "plain AR, CFG on logits, temperature 1, top-k 0 (full vocab)",
                  "settings": []}
     labels = torch.arange(n) % len(SHAPE_CLASSES)
+    clf = getattr(target, "reference_classifier", "shapes")  # the classifier of the model's data variant
+    out["reference_classifier"] = clf
     for guidance in guidances:
         t0 = time.time()
         tokens, entropy, top1 = plain_sample(target, labels, guidance, torch.Generator().manual_seed(0))
         images = target.decode_tokens(tokens)
         out["settings"].append({
-            "guidance_scale": guidance, "reference_fid": round(reference_fid(images), 2),
-            "class_accuracy": round(class_accuracy(images, labels), 4),
+            "guidance_scale": guidance, "reference_fid": round(reference_fid(images, clf), 2),
+            "class_accuracy": round(class_accuracy(images, labels, clf), 4),
             **{k: round(v, 4) for k, v in summarize_entropy(entropy, top1).items()},
             "sampling_wall_s": round(time.time() - t0, 1),
         })
@@ -184,10 +186,10 @@ def evaluate(target: ARImageTarget, vq: PatchVQ, n: int, guidances: list[float],
     real, real_labels = render_shapes(n, seed=7, **shape_options)
     recon = vq.decode_code(vq.encode(real))
     out["tokenizer_reconstructions"] = {"images": f"render_shapes({n}, seed=7, **{shape_options})",
-                                        "real_class_accuracy": round(class_accuracy(real, real_labels), 4),
-                                        "reference_fid": round(reference_fid(recon), 2),
-                                        "class_accuracy": round(class_accuracy(recon, real_labels), 4),
-                                        "real_reference_fid": round(reference_fid(real), 2)}
+                                        "real_class_accuracy": round(class_accuracy(real, real_labels, clf), 4),
+                                        "reference_fid": round(reference_fid(recon, clf), 2),
+                                        "class_accuracy": round(class_accuracy(recon, real_labels, clf), 4),
+                                        "real_reference_fid": round(reference_fid(real, clf), 2)}
     return out
 
 
@@ -205,6 +207,8 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--init", type=Path, default=None,
                    help="continue from a saved gpt folder; the run is appended to the record's 'runs'")
+    p.add_argument("--save-dtype", choices=("float32", "float16"), default="float32",
+                   help="dtype of the saved GPT weights (float16 halves the file; the loader casts back to float32)")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--no-eval", action="store_true", help="train and save only (evaluate later with --eval-only)")
     p.add_argument("--eval-samples", type=int, default=1000)
@@ -232,8 +236,10 @@ def main() -> None:
                       "total_steps": previous.get("total_steps", previous["steps"]) + record["steps"],
                       "total_wall_s": round(sum(r["wall_s"] for r in runs) + record["wall_s"], 1),
                       "runs": [*runs, {k: v for k, v in record.items() if k != "gpt_config"}]}
-        model.save_pretrained(args.out / "gpt")
-        print(f"saved {args.out / 'gpt'}", flush=True)
+        model.to(getattr(torch, args.save_dtype)).save_pretrained(args.out / "gpt")
+        model.float()
+        record["saved_dtype"] = args.save_dtype
+        print(f"saved {args.out / 'gpt'} ({args.save_dtype})", flush=True)
     record["tokenizer"] = tokenizer_record
     if not args.no_eval:
         target = load_ar_target(args.out)

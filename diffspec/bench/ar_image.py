@@ -142,6 +142,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
     if quality_samples < 2:
         raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
     target = load_ar_target(model, device=dev, dtype=getattr(torch, dtype) if dtype else None)
+    classifier = getattr(target, "reference_classifier", "shapes")  # FID / accuracy features for its data
     n, vocab, batch = target.num_tokens, target.codebook_size, batch or 1
     if guidance_scale is None:
         guidance_scale = target.default_guidance_scale
@@ -210,8 +211,8 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         for i, arm in enumerate(arms):
             images = target.decode_tokens(tokens[arm.name].to(dev)).float().cpu()
             arm_labels = torch.tensor([s % 10 for s in range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples)])
-            quality: dict[str, Any] = {"fid": round(reference_fid(images), 3),
-                                       "accuracy": round(class_accuracy(images, arm_labels), 4),
+            quality: dict[str, Any] = {"fid": round(reference_fid(images, classifier), 3),
+                                       "accuracy": round(class_accuracy(images, arm_labels, classifier), 4),
                                        "psnr": None, "ssim": None, "lpips": None,
                                        "exact": bool(getattr(stats_of[arm.name].config, "exact", True)),
                                        **quality_calls[arm.name]}
@@ -230,8 +231,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         "suite": "ar-image",
         "machine": machine_info(dev),
         "model": {"name": model, "params": sum(p.numel() for p in target.model.parameters()),
-                  "dtype": dtype or "float32", "weights": "trained" if model == "tiny-ar" else "given",
-                  "codebook_size": vocab, "grid": list(target.grid), "token_entropy": entropy},
+                  "dtype": dtype or "float32", "weights": "trained" if model in ("tiny-ar", "tiny-ar-tex") else "given",
+                  "codebook_size": vocab, "grid": list(target.grid), "token_entropy": entropy,
+                  "reference_classifier": classifier},
         "workload": {"tokens": n, "batch": batch, "seeds": timed, "guidance_scale": guidance_scale,
                      "sampling": sampling.sampling, "quality_samples": quality_samples, "repeats": repeats,
                      "warmup": warmup, "quality_chunk": QUALITY_CHUNK},

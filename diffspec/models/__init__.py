@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .classifier import (
+    REFERENCE_CLASSIFIERS,
     ShapeClassifier,
     class_accuracy,
     classifier_features,
@@ -28,6 +29,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 SHIPPED_MODELS: dict[str, Path] = {
     "tiny-dit": WEIGHTS / "tiny-dit",  # class-conditional DiTPipeline on diffspec.data shapes, 32x32
     "tiny-ar": WEIGHTS / "tiny-ar",  # class-conditional LlamaGen GPT + patch k-means VQ on shapes, 8x8 tokens
+    "tiny-ar-tex": WEIGHTS / "tiny-ar-tex",  # the same on textured backgrounds: less peaked (classifier shapes-tex)
     "tiny-vlm": WEIGHTS / "tiny-vlm",  # LLaVA captioner of render_scenes + VLM and text drafters (load_tiny_vlm)
     "tiny-vla": WEIGHTS / "tiny-vla",  # Llama policy with OpenVLA-style action tokens on a reach task (load_tiny_vla)
 }
@@ -55,10 +57,13 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
 
     ``gpt/`` is a ``LlamaGenTransformer.save_pretrained`` folder, ``tokenizer/`` a
     ``PatchVQ.save_pretrained`` folder (its decoder and LANTERN codebook); an optional
-    ``generation_config.json`` gives the target's ``default_guidance_scale``.
+    ``generation_config.json`` gives the target's ``default_guidance_scale`` and
+    ``reference_classifier`` (the ``REFERENCE_CLASSIFIERS`` name that scores its samples, set on the
+    target; ``"shapes"`` when absent). Weights stored in float16 load as float32 unless ``dtype`` says otherwise.
 
     Raises:
-        ValueError: unknown name, or a folder without ``gpt/config.json`` and ``tokenizer/config.json``.
+        ValueError: unknown name, a folder without ``gpt/config.json`` and ``tokenizer/config.json``,
+            or an unknown ``reference_classifier``.
 
     Example:
         >>> target = load_ar_target("tiny-ar")
@@ -73,11 +78,16 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
     if not is_ar_model_folder(folder):
         raise ValueError(f"{folder} is not an AR image model folder (needs gpt/config.json and tokenizer/config.json)")
     model = LlamaGenTransformer.from_pretrained(folder / "gpt", device=device or "cpu", dtype=dtype)
-    generation = folder / "generation_config.json"
-    scale = json.loads(generation.read_text()).get("default_guidance_scale", 1.0) if generation.is_file() else 1.0
+    generation_file = folder / "generation_config.json"
+    generation = json.loads(generation_file.read_text()) if generation_file.is_file() else {}
+    classifier = generation.get("reference_classifier", "shapes")
+    if classifier not in REFERENCE_CLASSIFIERS:
+        raise ValueError(f"{generation_file}: reference_classifier={classifier!r} is not one of "
+                         f"{', '.join(REFERENCE_CLASSIFIERS)}")
     target = LlamaGenTarget(model, PatchVQ.from_pretrained(folder / "tokenizer").to(device or "cpu"),
-                            default_guidance_scale=scale)
+                            default_guidance_scale=generation.get("default_guidance_scale", 1.0))
     target.name_or_path = folder  # where method extras live (LANTERN's drafter/)
+    target.reference_classifier = classifier  # which shipped classifier scores its samples (FID, accuracy)
     return target
 
 
@@ -87,6 +97,7 @@ def is_ar_model_folder(folder: Path) -> bool:
 
 
 __all__ = [
+    "REFERENCE_CLASSIFIERS",
     "SHIPPED_MODELS",
     "ShapeClassifier",
     "class_accuracy",

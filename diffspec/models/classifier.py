@@ -1,9 +1,16 @@
-"""The shipped shape classifier: conditional accuracy and a "reference FID" on its features.
+"""The shipped shape classifiers: conditional accuracy and a "reference FID" on their features.
+
+Two reference classifiers ship, one per data variant (``REFERENCE_CLASSIFIERS``): ``"shapes"``
+(plain backgrounds, the default ``render_shapes`` output) and ``"shapes-tex"`` (textured
+backgrounds, ``tiny-ar-tex``'s data), each with the feature statistics of its own real images.
 
 Example:
     >>> from diffspec.data import render_shapes
     >>> images, labels = render_shapes(64, seed=123)
     >>> class_accuracy(images, labels) > 0.9  # doctest: +SKIP
+    True
+    >>> tex, tex_labels = render_shapes(64, seed=123, background="textured", texture_strength=0.7, noise=0.05)
+    >>> class_accuracy(tex, tex_labels, classifier="shapes-tex") > 0.8  # doctest: +SKIP
     True
 """
 
@@ -18,7 +25,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights" / "shapes-classifier"
+_WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+REFERENCE_CLASSIFIERS: dict[str, Path] = {
+    "shapes": _WEIGHTS / "shapes-classifier",  # render_shapes default (plain backgrounds)
+    "shapes-tex": _WEIGHTS / "shapes-tex-classifier",  # background="textured", texture_strength=0.7, noise=0.05
+}
+WEIGHTS_DIR = REFERENCE_CLASSIFIERS["shapes"]
+
+
+def classifier_dir(classifier: str) -> Path:
+    """The folder of a shipped reference classifier by name.
+
+    Raises:
+        ValueError: ``classifier`` is not one of ``REFERENCE_CLASSIFIERS``.
+    """
+    if classifier not in REFERENCE_CLASSIFIERS:
+        raise ValueError(f"classifier={classifier!r} is not a shipped reference classifier; "
+                         f"choose from {', '.join(REFERENCE_CLASSIFIERS)}")
+    return REFERENCE_CLASSIFIERS[classifier]
 
 
 class ShapeClassifier(nn.Module):
@@ -51,23 +75,24 @@ class ShapeClassifier(nn.Module):
         return self.out(self.features(x))
 
 
-@lru_cache(maxsize=4)
-def load_reference_classifier(device: str = "cpu") -> ShapeClassifier:
-    """The shipped classifier (eval mode) from ``diffspec/weights/shapes-classifier``."""
+@lru_cache(maxsize=8)
+def load_reference_classifier(device: str = "cpu", classifier: str = "shapes") -> ShapeClassifier:
+    """A shipped classifier (eval mode, float32; stored weights may be float16) by name."""
     from safetensors.torch import load_file
 
-    config = json.loads((WEIGHTS_DIR / "config.json").read_text())
+    folder = classifier_dir(classifier)
+    config = json.loads((folder / "config.json").read_text())
     model = ShapeClassifier(**config)
-    model.load_state_dict(load_file(str(WEIGHTS_DIR / "model.safetensors")))
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))  # copies cast to the float32 params
     return model.eval().to(device)
 
 
-@lru_cache(maxsize=1)
-def _reference_stats() -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=4)
+def _reference_stats(classifier: str = "shapes") -> tuple[np.ndarray, np.ndarray]:
     from safetensors.torch import load_file
 
-    stats = load_file(str(WEIGHTS_DIR / "fid_stats.safetensors"))
-    return stats["mu"].numpy(), stats["sigma"].numpy()
+    stats = load_file(str(classifier_dir(classifier) / "fid_stats.safetensors"))
+    return stats["mu"].double().numpy(), stats["sigma"].double().numpy()
 
 
 def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
@@ -87,9 +112,9 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
 
 
 @torch.no_grad()
-def classifier_features(images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """Features of [-1, 1] images with the shipped classifier (float64 on CPU)."""
-    model = load_reference_classifier("cpu")
+def classifier_features(images: torch.Tensor, batch_size: int = 512, classifier: str = "shapes") -> torch.Tensor:
+    """Features of [-1, 1] images with a shipped classifier (float64 on CPU)."""
+    model = load_reference_classifier("cpu", classifier)
     images = images.detach().float().cpu()
     return torch.cat([model.features(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]).double()
 
@@ -100,18 +125,18 @@ def feature_stats(features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return f.mean(0), np.cov(f, rowvar=False)
 
 
-def reference_fid(images: torch.Tensor) -> float:
-    """FID of [-1, 1] images against the shipped statistics of the training distribution."""
+def reference_fid(images: torch.Tensor, classifier: str = "shapes") -> float:
+    """FID of [-1, 1] images against the shipped statistics of ``classifier``'s real images."""
     if len(images) < 2:
         raise ValueError(f"reference_fid needs at least 2 images, got {len(images)}")
-    mu, sigma = feature_stats(classifier_features(images))
-    ref_mu, ref_sigma = _reference_stats()
+    ref_mu, ref_sigma = _reference_stats(classifier)
+    mu, sigma = feature_stats(classifier_features(images, classifier=classifier))
     return frechet_distance(mu, sigma, ref_mu, ref_sigma)
 
 
 @torch.no_grad()
-def class_accuracy(images: torch.Tensor, labels: torch.Tensor) -> float:
-    """Share of [-1, 1] images the shipped classifier assigns to ``labels``."""
-    model = load_reference_classifier("cpu")
-    logits = model.out(classifier_features(images).float())
+def class_accuracy(images: torch.Tensor, labels: torch.Tensor, classifier: str = "shapes") -> float:
+    """Share of [-1, 1] images the shipped ``classifier`` assigns to ``labels``."""
+    model = load_reference_classifier("cpu", classifier)
+    logits = model.out(classifier_features(images, classifier=classifier).float())
     return float((logits.argmax(1) == labels.cpu()).float().mean())

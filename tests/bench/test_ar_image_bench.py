@@ -84,3 +84,16 @@ def test_same_seed_difference_counts_tokens_and_psnr():
     other[0] = 1.0  # MSE 1 on a range of 2: 10 log10(4) dB for that image
     report = same_seed_difference(b, a, other, img)
     assert report["token_disagreement"] == 0.25 and abs(report["psnr"] - (100 + 10 * 0.60206) / 2) < 1e-3
+
+
+def test_ar_image_uses_the_model_folders_reference_classifier(tmp_path):
+    import json
+
+    folder = _model_folder(tmp_path)
+    (folder / "generation_config.json").write_text(json.dumps({"reference_classifier": "shapes-tex"}))
+    doc = run_bench("ar-image", model=str(folder), methods=["sjd"], repeats=1, warmup=0, quality_samples=4,
+                    show_progress=False)
+    assert doc["model"]["reference_classifier"] == "shapes-tex"
+    default = run_bench("ar-image", model=str(_model_folder(tmp_path / "plain")), methods=["sjd"], repeats=1,
+                        warmup=0, quality_samples=4, show_progress=False)
+    assert default["model"]["reference_classifier"] == "shapes"
