@@ -85,11 +85,11 @@ def test_trained_tiny_dit_samples_have_the_plain_law():
     pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
     torch.set_num_threads(max(2, torch.get_num_threads()))  # a real model: matrix work, more threads help
-    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4)
-    plain = _latents(spec, seed=1, steps=20, guidance=1.0, plain=True)
+    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=2)
+    plain = _latents(spec, seed=1, steps=12, guidance=1.0, plain=True)  # 1000 samples: keep the rows few
     for method in ("coupling", "autospec"):
-        spec = SpeculativePipeline.from_pipe(pipe, method=method, lookahead=4)
-        samples = _latents(spec, seed=2, steps=20, guidance=1.0)
+        spec = SpeculativePipeline.from_pipe(pipe, method=method, lookahead=2)
+        samples = _latents(spec, seed=2, steps=12, guidance=1.0)
         # a batch of 1000 waits for its slowest trajectory, so only the acceptance is checked here
         assert spec.stats.accepted > 0, (method, spec.stats)
         report = same_law(plain, samples)
