@@ -1,0 +1,142 @@
+"""The ``dit-cache`` suite's workloads: a trained ``DiTPipeline`` (quality is real) and a random-weight
+transformer of a named architecture in a plain Euler loop (speed at real size)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..api import SpeculativePipeline
+from ..config import MethodConfig, SpecaConfig
+from ..forecast.hooks import ForecastHooks
+from ..stats import SpecStats
+from .models import SPECS, build_transformer, make_call, timesteps_for
+from .quality import psnr, ssim
+from .timing import Arm
+from .workload import Workload
+
+
+class PipelineWorkload(Workload):
+    """A trained ``DiTPipeline`` (shipped ``tiny-dit`` or a local folder), images in [0, 1]."""
+
+    mode = "pipeline"
+
+    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
+                 guidance_scale: float) -> None:
+        from ..models import load_pipeline
+
+        self.name = model
+        self.pipe = load_pipeline(model, dtype=dtype, device=device)
+        if not hasattr(self.pipe, "get_label_ids"):
+            raise ValueError(f"dit-cache pipeline workload needs a class-conditional DiTPipeline; {model!r} "
+                             f"is a {type(self.pipe).__name__}")
+        self.pipe.set_progress_bar_config(disable=True)
+        self.transformer = self.pipe.transformer
+        self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
+        self.guidance_scale = guidance_scale
+        self.num_classes = len(self.pipe.labels) if getattr(self.pipe, "labels", None) else 1000
+        self.seeds = list(range(batch))
+
+    def labels_for(self, seeds: list[int]) -> list[int]:
+        return [s % self.num_classes for s in seeds]
+
+    def generate(self, seeds: list[int], steps: int | None = None, pipe: Any = None) -> torch.Tensor:
+        generators = [torch.Generator(self.device).manual_seed(s) for s in seeds]
+        out = (pipe or self.pipe)(class_labels=self.labels_for(seeds), generator=generators,
+                                  num_inference_steps=steps or self.steps, guidance_scale=self.guidance_scale,
+                                  output_type="pt")
+        return out.images.float().cpu()
+
+    def method_arm(self, method: str, config: MethodConfig) -> Arm:
+        spec = SpeculativePipeline.from_pipe(self.pipe, method=config)
+        spec.disable()
+        described = spec.config.to_dict()
+        if spec.threshold_source is not None:  # speca: where its thresholds came from
+            described["thresholds_from"] = _relative(spec.threshold_source)
+        arm = Arm(method, lambda seeds: self.generate(seeds, pipe=spec), enable=spec.enable, disable=spec.disable,
+                  config=described)
+        arm.spec = spec  # type: ignore[attr-defined]
+        return arm
+
+    def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
+        from ..models import class_accuracy, reference_fid
+
+        labels = torch.tensor(self.labels_for(seeds))
+        return {"psnr": psnr(images, reference, data_range=1.0), "ssim": ssim(images, reference),
+                "lpips": None, "fid": round(reference_fid(images * 2 - 1), 3),
+                "accuracy": round(class_accuracy(images * 2 - 1, labels), 4)}
+
+    def describe(self) -> dict[str, Any]:
+        vae_scale = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)  # DiTPipeline has no vae_scale_factor
+        size = self.pipe.transformer.config.sample_size * vae_scale
+        return {"steps": self.steps, "batch": self.batch, "resolution": [size, size], "seeds": self.seeds,
+                "guidance_scale": self.guidance_scale, "scheduler": type(self.pipe.scheduler).__name__,
+                "pipeline": type(self.pipe).__name__}
+
+
+class LoopWorkload(Workload):
+    """A random-weight transformer of a named architecture in a plain Euler loop (speed at real size)."""
+
+    mode = "loop"
+
+    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int) -> None:
+        self.name = model
+        self.spec = SPECS[model]
+        self.transformer = build_transformer(model, dtype=dtype, device=device)
+        self.latents, self.call = make_call(model, batch, dtype=dtype, device=device)
+        self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
+        self.seeds = [0]
+        self.scale = 1.0 if self.spec.family == "flux" else 1000.0
+
+    def generate(self, seeds: list[int], steps: int | None = None) -> torch.Tensor:
+        ts = timesteps_for(self.name, steps or self.steps, self.device)
+        ends = torch.cat([ts[1:], ts.new_zeros(1)])
+        x = self.latents.clone()
+        for t, t_next in zip(ts, ends):
+            x = x + (t_next - t).to(x.dtype) / self.scale * self.call(self.transformer, x, t)
+        return x.float().cpu()
+
+    def quality_seeds(self, n: int) -> list[int]:
+        return self.seeds
+
+    def method_arm(self, method: str, config: MethodConfig) -> Arm:
+        stats = SpecStats(method=method)
+        if isinstance(config, SpecaConfig) and not config.calibrated:  # random weights: no calibration file
+            config = config.with_fallback()
+        hooks = ForecastHooks(self.transformer, config, stats, num_steps_fn=lambda: self.steps)
+
+        def run(seeds: list[int]) -> torch.Tensor:
+            hooks.reset()
+            stats.reset()
+            return self.generate(seeds)
+
+        arm = Arm(method, run, enable=hooks.attach, disable=hooks.detach, config=config.to_dict())
+        arm.stats_obj = stats  # type: ignore[attr-defined]
+        return arm
+
+    def describe(self) -> dict[str, Any]:
+        hw = self.spec.latent_hw
+        px = hw * (16 if self.spec.family == "flux" else 8)
+        return {"steps": self.steps, "batch": self.batch, "resolution": [px, px], "seeds": self.seeds,
+                "latent_hw": hw, "text_tokens": self.spec.text_tokens, "guidance_scale": None,
+                "scheduler": "euler (uniform timesteps)"}
+
+
+def _relative(path: str) -> str:
+    """Paths inside the repository are reported relative to it (the JSON must not name this machine)."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
+                  guidance_scale: float) -> Workload:
+    """Pipeline workload for shipped names and local folders, loop workload for architecture names."""
+    if model in SPECS:
+        return LoopWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch)
+    return PipelineWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch,
+                            guidance_scale=guidance_scale)
