@@ -66,6 +66,7 @@ def test_ar_image_suite_relaxed_gsd_arm(tmp_path):
     gsd, exact = runs["gsd-G25"], runs["mc-sjd"]
     assert gsd["config"]["group_size"] == 25 and gsd["quality"]["exact"] is False and exact["quality"]["exact"]
     assert 0 <= gsd["relaxed_tv"] <= 1 and "relaxed_tv" not in exact
+    assert 0 <= gsd["quality"]["relaxed_tv"] <= 1 and "relaxed_tv" not in exact["quality"]
     for run in (gsd, exact):
         same = run["quality"]["same_seed"]
         assert same["samples"] == 6 and 0 <= same["vs_baseline"]["token_disagreement"] <= 1
