@@ -7,24 +7,13 @@ honest timings without a model hub; quality is measured on the trained ``tiny-di
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-
-@dataclass(frozen=True)
-class TransformerSpec:
-    """How to build one transformer and feed it (latent shape, conditioning)."""
-
-    name: str
-    family: str  # dit | pixart | sd3 | flux | sana | hunyuandit | cogvideox | wan | hunyuanvideo | ltx
-    config: dict[str, Any]
-    latent_hw: int  # latent height = width
-    text_tokens: int = 0
-    frames: int = 0  # latent frames (video families); 0 for image families
-
+from .model_spec import Call, Rand, TransformerSpec, text_mask
+from .recent import RECENT_FAMILIES, RECENT_SPECS
 
 SPECS: dict[str, TransformerSpec] = {
     # real-size architectures (GPU benchmarks)
@@ -128,33 +117,35 @@ SPECS: dict[str, TransformerSpec] = {
     ),
 }
 
-FLOW_1000_FAMILIES = ("sana", "wan", "hunyuanvideo", "ltx")
+SPECS.update(RECENT_SPECS)
+TINY_MODELS = tuple(n for n in SPECS if n.startswith("tiny-"))
+"""The tiny random-weight configs (tests, CPU), in registration order."""
+
+FAMILY_CLASSES: dict[str, str] = {
+    "dit": "DiTTransformer2DModel", "pixart": "PixArtTransformer2DModel", "sd3": "SD3Transformer2DModel",
+    "flux": "FluxTransformer2DModel", "sana": "SanaTransformer2DModel", "hunyuandit": "HunyuanDiT2DModel",
+    "cogvideox": "CogVideoXTransformer3DModel", "wan": "WanTransformer3DModel",
+    "hunyuanvideo": "HunyuanVideoTransformer3DModel", "ltx": "LTXVideoTransformer3DModel",
+    **{family: f.cls for family, f in RECENT_FAMILIES.items()},
+}
+"""diffusers class of each family."""
+
+FLOW_1000_FAMILIES = ("sana", "wan", "hunyuanvideo", "ltx",
+                      *(family for family, f in RECENT_FAMILIES.items() if f.timesteps == "flow1000"))
 """Flow-matching families whose pipelines pass ``1000 * sigma`` as the timestep."""
+SIGMA_FAMILIES = ("flux", *(family for family, f in RECENT_FAMILIES.items() if f.timesteps == "sigma"))
+"""Flow-matching families whose pipelines pass sigma in 0..1 as the timestep."""
 
 
 def build_transformer(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32,
                       device: str | torch.device = "cpu") -> nn.Module:
     """A random-weight transformer of the named spec (see :data:`SPECS`)."""
-    from diffusers import (
-        CogVideoXTransformer3DModel,
-        DiTTransformer2DModel,
-        FluxTransformer2DModel,
-        HunyuanDiT2DModel,
-        HunyuanVideoTransformer3DModel,
-        LTXVideoTransformer3DModel,
-        PixArtTransformer2DModel,
-        SanaTransformer2DModel,
-        SD3Transformer2DModel,
-        WanTransformer3DModel,
-    )
+    import diffusers
 
     if name not in SPECS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SPECS)}")
     spec = SPECS[name]
-    cls = {"dit": DiTTransformer2DModel, "pixart": PixArtTransformer2DModel, "sd3": SD3Transformer2DModel,
-           "flux": FluxTransformer2DModel, "sana": SanaTransformer2DModel, "hunyuandit": HunyuanDiT2DModel,
-           "cogvideox": CogVideoXTransformer3DModel, "wan": WanTransformer3DModel,
-           "hunyuanvideo": HunyuanVideoTransformer3DModel, "ltx": LTXVideoTransformer3DModel}[spec.family]
+    cls = getattr(diffusers, FAMILY_CLASSES[spec.family])
     torch.manual_seed(seed)
     with torch.device(device):
         model = cls(**spec.config)
@@ -187,6 +178,8 @@ def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = 
     hw = spec.latent_hw
     if spec.family in _EXTRA_CALLS:
         return _EXTRA_CALLS[spec.family](spec, batch, rand, device, dtype)
+    if spec.family in RECENT_FAMILIES:
+        return RECENT_FAMILIES[spec.family].make_call(spec, batch, rand, device, dtype)
     if spec.family == "flux":
         latents = rand(batch, hw * hw, cfg["in_channels"])
         text = rand(batch, spec.text_tokens, cfg["joint_attention_dim"])
@@ -231,23 +224,12 @@ def make_call(name: str, batch: int = 1, *, seed: int = 0, dtype: torch.dtype = 
     return latents, call
 
 
-Call = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-Rand = Callable[..., torch.Tensor]
-
-
-def _text_mask(batch: int, tokens: int, device: str | torch.device) -> torch.Tensor:
-    """A tokenizer's attention mask for a prompt one token shorter than the padded length."""
-    mask = torch.ones(batch, tokens, dtype=torch.long, device=device)
-    mask[:, -1] = 0
-    return mask
-
-
 def _sana_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
                dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
     cfg, hw = spec.config, spec.latent_hw
     latents = rand(batch, cfg["in_channels"], hw, hw)
     text = rand(batch, spec.text_tokens, cfg["caption_channels"])
-    mask = _text_mask(batch, spec.text_tokens, device)
+    mask = text_mask(batch, spec.text_tokens, device)
 
     def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         timestep = t.expand(x.shape[0]) * cfg.get("timestep_scale", 1.0)  # as SanaPipeline
@@ -265,7 +247,7 @@ def _hunyuandit_call(spec: TransformerSpec, batch: int, rand: Rand, device: str 
     latents = rand(batch, cfg["in_channels"], hw, hw)
     text = rand(batch, cfg["text_len"], cfg["cross_attention_dim"])  # CLIP/BERT stream
     text_t5 = rand(batch, cfg["text_len_t5"], cfg["cross_attention_dim_t5"])
-    mask, mask_t5 = _text_mask(batch, cfg["text_len"], device), _text_mask(batch, cfg["text_len_t5"], device)
+    mask, mask_t5 = text_mask(batch, cfg["text_len"], device), text_mask(batch, cfg["text_len_t5"], device)
     px = hw * 8
     meta = torch.tensor([[px, px, px, px, 0, 0]] * batch, device=device, dtype=dtype)  # original, target, crop
     style = torch.zeros(batch, dtype=torch.long, device=device)
@@ -315,7 +297,7 @@ def _hunyuanvideo_call(spec: TransformerSpec, batch: int, rand: Rand, device: st
     latents = rand(batch, cfg["in_channels"], spec.frames, hw, hw)  # (B, C, F, H, W)
     text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])
     pooled = rand(batch, cfg["pooled_projection_dim"])
-    mask = _text_mask(batch, spec.text_tokens, device)
+    mask = text_mask(batch, spec.text_tokens, device)
     # HunyuanVideoPipeline: embedded guidance = guidance_scale * 1000 (default scale 6.0)
     guidance = torch.full((batch,), 6000.0, device=device, dtype=dtype) if cfg.get("guidance_embeds") else None
 
@@ -332,7 +314,7 @@ def _ltx_call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch
     cfg, hw, frames = spec.config, spec.latent_hw, spec.frames
     latents = rand(batch, frames * hw * hw, cfg["in_channels"])  # packed (B, F*H*W, C), patch size 1
     text = rand(batch, spec.text_tokens, cfg["caption_channels"])
-    mask = _text_mask(batch, spec.text_tokens, device)
+    mask = text_mask(batch, spec.text_tokens, device)
     rope_scale = (8 / 25, 32, 32)  # LTXPipeline: (VAE temporal ratio / frame rate, spatial ratio, spatial ratio)
 
     def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -352,7 +334,7 @@ _EXTRA_CALLS: dict[str, Callable[..., tuple[torch.Tensor, Call]]] = {
 
 def timesteps_for(name: str, steps: int, device: str | torch.device = "cpu") -> torch.Tensor:
     """A decreasing schedule in the model's timestep units (uniform; enough for timing loops)."""
-    if SPECS[name].family == "flux":
+    if SPECS[name].family in SIGMA_FAMILIES:
         return torch.linspace(1.0, 1.0 / steps, steps, device=device)
     if SPECS[name].family in FLOW_1000_FAMILIES:  # unshifted flow-matching sigmas, as timesteps
         return torch.linspace(1.0, 1.0 / steps, steps, device=device) * 1000

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
+from diffspec.bench.models import TINY_MODELS, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.gate import Schedule
@@ -9,8 +9,7 @@ from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.steps import StepTracker
 from diffspec.stats import SpecStats
 
-MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-sana", "tiny-hunyuandit",
-          "tiny-cogvideox", "tiny-wan", "tiny-hunyuanvideo", "tiny-ltx"]
+MODELS = list(TINY_MODELS)
 
 
 def _loop(model, x0, call, ts, on_step=None):

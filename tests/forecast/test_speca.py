@@ -5,15 +5,14 @@ import math
 import pytest
 import torch
 
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
+from diffspec.bench.models import TINY_MODELS, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
 
-MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux", "tiny-sana", "tiny-hunyuandit",
-          "tiny-cogvideox", "tiny-wan", "tiny-hunyuanvideo", "tiny-ltx"]
+MODELS = list(TINY_MODELS)
 STEPS = 16
 
 
