@@ -42,6 +42,7 @@ SUPPORTED_TRANSFORMERS = (
     "LTXVideoTransformer3DModel",
     "Flux2Transformer2DModel",
     "ChromaTransformer2DModel",
+    "QwenImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
