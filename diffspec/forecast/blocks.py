@@ -15,6 +15,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "JointTransformerBlock": (1, 0),  # SD3 / SD3.5
     "FluxTransformerBlock": (1, 0),
     "FluxSingleTransformerBlock": (1, 0),
+    "ChromaTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
     "Flux2TransformerBlock": (1, 0),
     "QwenImageTransformerBlock": (1, 0),
     "CogVideoXBlock": (0, 1),
@@ -39,6 +40,9 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanVideoTransformer3DModel",
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
+    "Flux2Transformer2DModel",
+    "ChromaTransformer2DModel",
+    "QwenImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
