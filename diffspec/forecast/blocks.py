@@ -21,6 +21,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "CogView4TransformerBlock": (0, 1),
     "HunyuanVideoTransformerBlock": (0, 1),
     "HunyuanVideoSingleTransformerBlock": (0, 1),
+    "HunyuanVideo15TransformerBlock": (0, 1),
     "HunyuanImageTransformerBlock": (0, 1),
     "HunyuanImageSingleTransformerBlock": (0, 1),
     "MochiTransformerBlock": (0, 1),
@@ -39,6 +40,7 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanVideoTransformer3DModel",
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
+    "HunyuanVideo15Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
