@@ -41,6 +41,7 @@ SUPPORTED_TRANSFORMERS = (
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
     "HunyuanVideo15Transformer3DModel",
+    "SkyReelsV2Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
