@@ -22,9 +22,24 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "CogView4TransformerBlock": (0, 1),
     "HunyuanVideoTransformerBlock": (0, 1),
     "HunyuanVideoSingleTransformerBlock": (0, 1),
+    "HunyuanVideo15TransformerBlock": (0, 1),
     "HunyuanImageTransformerBlock": (0, 1),
     "HunyuanImageSingleTransformerBlock": (0, 1),
     "MochiTransformerBlock": (0, 1),
+    "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
+}
+
+# The input carrying the stream a block transforms, where it is not ``hidden_states``. Wan VACE's
+# control blocks read the main stream as ``hidden_states`` and transform ``control_hidden_states``;
+# their other output, the hint, is a side output (see BlockIO.pack).
+BLOCK_STREAM_INPUTS: dict[str, str] = {
+    "WanVACETransformerBlock": "control_hidden_states",
+}
+
+# Models whose block lists run in another order than they are registered (the verified list of
+# ``speca`` is the last to run). Wan VACE registers ``blocks`` first but runs ``vace_blocks`` first.
+BLOCK_LIST_ORDER: dict[str, tuple[str, ...]] = {
+    "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
 }
 
 SUPPORTED_TRANSFORMERS = (
@@ -38,11 +53,15 @@ SUPPORTED_TRANSFORMERS = (
     "CogVideoXTransformer3DModel",
     "WanTransformer3DModel",
     "HunyuanVideoTransformer3DModel",
-    # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
-    "LTXVideoTransformer3DModel",
+    "LTXVideoTransformer3DModel",  # its rotary embedding is batched (B, S, D): sliced per row (rows.py)
     "Flux2Transformer2DModel",
     "ChromaTransformer2DModel",
     "QwenImageTransformer2DModel",
+    "HunyuanVideo15Transformer3DModel",
+    "SkyReelsV2Transformer3DModel",
+    # caveat: a VACE hint added after the last block (its index in vace_layers) is zero on a draft; released
+    # configs add none there. The control stream's residual is forecast too, though drafts only need zero hints
+    "WanVACETransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -50,14 +69,17 @@ SUPPORTED_TRANSFORMERS = (
 def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
     """The model's lists of repeated transformer blocks, in execution (registration) order.
 
-    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use.
-    Otherwise ``model._repeated_blocks`` (class names) when the model declares it, else the
-    longest direct ``nn.ModuleList`` child whose items share one class.
+    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
+    (by default those of :data:`BLOCK_LIST_ORDER` for the model's class). Otherwise
+    ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
+    ``nn.ModuleList`` child whose items share one class.
 
     Raises:
         ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
     """
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    if names is None:
+        names = BLOCK_LIST_ORDER.get(type(model).__name__)
     if names is not None:
         by_name = dict(lists)
         bad = [n for n in names if n not in by_name]
@@ -105,11 +127,14 @@ class BlockIO:
     layout: tuple[int, int | None] | None
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
+    hidden_name: str = "hidden_states"  # the input of the stream the block transforms
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
         params = list(inspect.signature(forward).parameters)
-        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block))
+        name = type(block).__name__
+        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block),
+                   hidden_name=BLOCK_STREAM_INPUTS.get(name, "hidden_states"))
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
         if name in kwargs:
@@ -149,11 +174,15 @@ class BlockIO:
         return out[h_i], (out[e_i] if e_i is not None else None)
 
     def pack(self, hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
-        """Build an output in the block's own layout."""
+        """Build an output in the block's own layout (on a draft step).
+
+        Other tuple entries are side outputs that the model adds to a later list's stream between its
+        blocks (Wan VACE's hints): that list's anchors already contain them, so a draft returns zeros.
+        """
         if self.returns_tensor:
             return hidden
-        out: list[Any] = [None] * self.tuple_len
         h_i, e_i = self.layout  # type: ignore[misc]
+        out: list[Any] = [None if i == e_i else torch.zeros_like(hidden) for i in range(self.tuple_len)]
         out[h_i] = hidden
         if e_i is not None:
             out[e_i] = encoder
