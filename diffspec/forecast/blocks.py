@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,9 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanVideoTransformer3DModel",
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
+    "HunyuanImageTransformer2DModel",
+    "SanaVideoTransformer3DModel",
+    "Kandinsky5Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -101,13 +104,18 @@ class BlockIO:
     layout: tuple[int, int | None] | None
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
+    aliases: dict[str, str] = field(default_factory=dict)  # input name ("hidden_states") -> the block's own name
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
         params = list(inspect.signature(forward).parameters)
-        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block))
+        # a block without a ``hidden_states`` parameter takes its token stream first (Kandinsky 5's ``x`` /
+        # ``visual_embed``)
+        aliases = {"hidden_states": params[0]} if params and "hidden_states" not in params else {}
+        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
+        name = self.aliases.get(name, name)
         if name in kwargs:
             return kwargs[name]
         i = self.param_index.get(name)
@@ -122,6 +130,7 @@ class BlockIO:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)
         for name, value in values.items():
+            name = self.aliases.get(name, name)
             i = self.param_index.get(name)
             if name in kwargs:
                 kwargs[name] = value
