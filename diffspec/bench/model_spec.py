@@ -41,3 +41,6 @@ class Family:
     cls: str  # diffusers class name
     make_call: Callable[..., tuple[torch.Tensor, Call]]  # (spec, batch, rand, device, dtype) -> (latents, call)
     timesteps: str  # "ddpm" (0..999) | "flow1000" (1000 * sigma) | "sigma" (0..1)
+    # re-initialises, in place after construction (seeded), weights a random-weight build would leave degenerate
+    # (e.g. zero-initialised adaLN modulations, which make every block the identity)
+    init: Callable[[nn.Module], None] | None = None

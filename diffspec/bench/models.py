@@ -149,6 +149,9 @@ def build_transformer(name: str, *, seed: int = 0, dtype: torch.dtype = torch.fl
     torch.manual_seed(seed)
     with torch.device(device):
         model = cls(**spec.config)
+        family = RECENT_FAMILIES.get(spec.family)
+        if family is not None and family.init is not None:
+            family.init(model)
     if dtype != torch.float32:
         from diffusers.utils import logging as diffusers_logging
 

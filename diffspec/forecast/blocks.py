@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +62,9 @@ SUPPORTED_TRANSFORMERS = (
     # caveat: a VACE hint added after the last block (its index in vace_layers) is zero on a draft; released
     # configs add none there. The control stream's residual is forecast too, though drafts only need zero hints
     "WanVACETransformer3DModel",
+    "HunyuanImageTransformer2DModel",
+    "SanaVideoTransformer3DModel",
+    "Kandinsky5Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -127,16 +130,21 @@ class BlockIO:
     layout: tuple[int, int | None] | None
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
-    hidden_name: str = "hidden_states"  # the input of the stream the block transforms
+    aliases: dict[str, str] = field(default_factory=dict)  # input name ("hidden_states") -> the block's own name
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
         params = list(inspect.signature(forward).parameters)
         name = type(block).__name__
-        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block),
-                   hidden_name=BLOCK_STREAM_INPUTS.get(name, "hidden_states"))
+        # the stream a block transforms: BLOCK_STREAM_INPUTS, else ``hidden_states``, else its first parameter
+        # (Kandinsky 5's ``x`` / ``visual_embed``)
+        stream = BLOCK_STREAM_INPUTS.get(name) or ("hidden_states" if "hidden_states" in params or not params
+                                                   else params[0])
+        aliases = {"hidden_states": stream} if stream != "hidden_states" else {}
+        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
+        name = self.aliases.get(name, name)
         if name in kwargs:
             return kwargs[name]
         i = self.param_index.get(name)
@@ -151,6 +159,7 @@ class BlockIO:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)
         for name, value in values.items():
+            name = self.aliases.get(name, name)
             i = self.param_index.get(name)
             if name in kwargs:
                 kwargs[name] = value

@@ -303,7 +303,7 @@ class ForecastHooks(ModuleForecasts):
             state = hooks._branch.lists[list_index] if hooks._branch is not None else None
             if state is None:
                 return original(*args, **kwargs)
-            hidden = io.arg(io.hidden_name, args, kwargs)
+            hidden = io.arg("hidden_states", args, kwargs)
             encoder = io.arg("encoder_hidden_states", args, kwargs)
             if hooks.mode == "full":
                 if first:
@@ -341,8 +341,7 @@ class ForecastHooks(ModuleForecasts):
         e_hat = None if state.encoder_out_none else self._apply(state, "tail:encoder", encoder)
         if self._run_verifier:
             earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in EARLIER_BLOCK_INPUTS}
-            args, kwargs = io.with_inputs(args, kwargs, **{io.hidden_name: hidden}, encoder_hidden_states=encoder,
-                                          **earlier)
+            args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder, **earlier)
         return self._verify(io, original, args, kwargs, h_hat, e_hat, hidden)
 
     def _verify(self, io: BlockIO, original: Callable[..., Any], args: tuple, kwargs: dict, h_hat: torch.Tensor,

@@ -11,11 +11,13 @@ from typing import Any
 import torch
 
 UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
+                            "visual_rope_pos", "text_rope_pos",  # Kandinsky 5: 1-D position ranges
                             "attention_kwargs", "joint_attention_kwargs", "return_dict",
                             "control_hidden_states_scale"})
 """Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
-the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table; Wan VACE's
-``control_hidden_states_scale`` has one entry per VACE layer, as many as the batch rows at times)."""
+the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table; a position
+range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer), as long as the batch
+is not sliced)."""
 
 
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None) -> Any:
