@@ -176,8 +176,15 @@ def _cuobjdump() -> str | None:
 
 def _cases() -> dict[str, Callable[[], Any]]:
     """Small calls of every entry point covering the specializations a GPU run uses."""
-    from . import (beta_tolerance, bin_tolerance, forecast, l1_error, reflection_coupling, rejection_sample,
-                   speculative_accept)
+    from . import (
+        beta_tolerance,
+        bin_tolerance,
+        forecast,
+        l1_error,
+        reflection_coupling,
+        rejection_sample,
+        speculative_accept,
+    )
 
     g = torch.Generator().manual_seed(0)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
