@@ -39,6 +39,7 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanVideoTransformer3DModel",
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
+    "CogView4Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
