@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,6 +25,10 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "HunyuanImageSingleTransformerBlock": (0, 1),
     "MochiTransformerBlock": (0, 1),
 }
+
+HIDDEN_ARGS = ("hidden_states", "x")
+"""Names of the image-stream input of a transformer or block, first match in its signature wins
+(Z-Image's transformer and blocks take ``x``)."""
 
 SUPPORTED_TRANSFORMERS = (
     "DiTTransformer2DModel",
@@ -102,13 +106,17 @@ class BlockIO:
     layout: tuple[int, int | None] | None
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
+    aliases: dict[str, str] = field(default_factory=dict)  # "hidden_states" -> the block's own name for it
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
         params = list(inspect.signature(forward).parameters)
-        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block))
+        hidden = next((n for n in HIDDEN_ARGS if n in params), "hidden_states")
+        aliases = {"hidden_states": hidden} if hidden != "hidden_states" else {}
+        return cls(type(block).__name__, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
+        name = self.aliases.get(name, name)
         if name in kwargs:
             return kwargs[name]
         i = self.param_index.get(name)
@@ -123,6 +131,7 @@ class BlockIO:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)
         for name, value in values.items():
+            name = self.aliases.get(name, name)
             i = self.param_index.get(name)
             if name in kwargs:
                 kwargs[name] = value
