@@ -44,6 +44,9 @@ SUPPORTED_TRANSFORMERS = (
     # speca caveat: its rotary embedding is batched; verifying a subset of rows fails (xfail in test_speca)
     "LTXVideoTransformer3DModel",
     "CogView4Transformer2DModel",
+    # no _repeated_blocks: only its joint `layers` are found; blocks=("context_refiner", "noise_refiner", "layers")
+    # forecasts its refiners too
+    "Lumina2Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
