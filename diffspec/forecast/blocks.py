@@ -47,6 +47,7 @@ SUPPORTED_TRANSFORMERS = (
     # no _repeated_blocks: only its joint `layers` are found; blocks=("context_refiner", "noise_refiner", "layers")
     # forecasts its refiners too
     "Lumina2Transformer2DModel",
+    "ZImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
