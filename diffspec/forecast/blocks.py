@@ -42,6 +42,10 @@ BLOCK_LIST_ORDER: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
 }
 
+HIDDEN_ARGS = ("hidden_states", "x")
+"""Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
+A block's stream input: see :meth:`BlockIO.for_block`."""
+
 SUPPORTED_TRANSFORMERS = (
     "DiTTransformer2DModel",
     "PixArtTransformer2DModel",
@@ -65,6 +69,11 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanImageTransformer2DModel",
     "SanaVideoTransformer3DModel",
     "Kandinsky5Transformer3DModel",
+    "CogView4Transformer2DModel",
+    # no _repeated_blocks: only its joint `layers` are found; blocks=("context_refiner", "noise_refiner", "layers")
+    # forecasts its refiners too
+    "Lumina2Transformer2DModel",
+    "ZImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -137,7 +146,7 @@ class BlockIO:
         params = list(inspect.signature(forward).parameters)
         name = type(block).__name__
         # the stream a block transforms: BLOCK_STREAM_INPUTS, else ``hidden_states``, else its first parameter
-        # (Kandinsky 5's ``x`` / ``visual_embed``)
+        # (Kandinsky 5's ``x`` / ``visual_embed``, Z-Image's ``x``)
         stream = BLOCK_STREAM_INPUTS.get(name) or ("hidden_states" if "hidden_states" in params or not params
                                                    else params[0])
         aliases = {"hidden_states": stream} if stream != "hidden_states" else {}

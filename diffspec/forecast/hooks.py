@@ -9,7 +9,8 @@ returns ``in + forecast(residual)`` and the other blocks pass their inputs throu
 Steps and CFG branches are detected from the ``timestep`` argument of the transformer, so no
 ``cache_context`` is needed: a new value is a new step, a repeated value within a step is the
 next CFG branch (pipelines that call the transformer once per branch), an increase starts a new
-generation. A change of the token count resets that branch instead of failing.
+generation (a decrease, for the transformers fed ``1 - sigma``: :data:`~.steps.INCREASING_TIMESTEPS`). A
+change of the token count resets that branch instead of failing.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import BlockIO, find_block_lists
+from .blocks import HIDDEN_ARGS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
 from .rows import merge_rows, take_call_rows
-from .steps import StepTracker
+from .steps import INCREASING_TIMESTEPS, TIMESTEP_ARGS, StepTracker
 from .taylor import TaylorForecaster
 
 EARLIER_BLOCK_INPUTS = ("skip",)
@@ -104,8 +105,11 @@ class ForecastHooks(ModuleForecasts):
         self.granularity = "block"  # effective: "block", "module", or "pending" (measured at step 0, chosen at step 1)
         self._order = config.order
         self.modules_real = False  # the verifier runs the submodules for real, without recording
-        self.tracker = StepTracker()
+        self.tracker = StepTracker(increasing=type(self.calls.model).__name__ in INCREASING_TIMESTEPS)
         self._params = list(inspect.signature(self.calls.model.forward).parameters)
+        self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
+        self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
+        self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
         self._handles: list[Any] = []
         self._patched: list[nn.Module] = []
         self._branches: dict[int, _BranchState] = {}
@@ -180,7 +184,7 @@ class ForecastHooks(ModuleForecasts):
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.calls.borrow()
-        t = self.tracker.read(self._arg("timestep", args, kwargs))
+        t = self.tracker.read(self._arg(self._timestep_name, args, kwargs))
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
@@ -189,8 +193,12 @@ class ForecastHooks(ModuleForecasts):
         step, num_steps = self.tracker.step, self._num_steps
         if self.granularity == "pending" and step >= 1:
             self._choose_cache()
-        hidden = self._arg("hidden_states", args, kwargs)
-        shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else None
+        hidden = self._arg(self._hidden_name, args, kwargs)
+        self._per_row_lists = isinstance(hidden, list) and all(isinstance(h, torch.Tensor) for h in hidden)
+        if self._per_row_lists:  # (rows, each row's shape...)
+            shape = (len(hidden), *(tuple(h.shape) for h in hidden))
+        else:
+            shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else None
         rows = shape[0] if shape else 1
         branch = self._branches.get(self.tracker.branch)
         if branch is None or branch.input_shape != shape:  # new branch, or token count / batch changed
@@ -242,9 +250,9 @@ class ForecastHooks(ModuleForecasts):
         rows = [r for r, full in enumerate(recompute) if full]
         batch = len(recompute)
         index = torch.tensor(rows)
-        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch)
+        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists)
         self._record_rows = rows
-        return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted)
+        return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted, self._per_row_lists)
 
     def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:
         """Turn the verifier's per-row errors into recompute / lazy decisions (one host read)."""

@@ -20,35 +20,50 @@ range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer),
 is not sliced)."""
 
 
-def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None) -> Any:
-    """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension."""
+def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
+    """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
+
+    ``per_row_lists``: the model takes its latents as a list with one entry per row (Z-Image), and so
+    every list of ``batch`` entries (caption features...) is indexed as a list of rows.
+    """
+    if per_row_lists and isinstance(value, list) and len(value) == batch:
+        return [value[i] for i in index.tolist()]
     if isinstance(value, torch.Tensor):
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if isinstance(value, dict):
-        return {k: take_rows(v, index, batch, k) for k, v in value.items()}
+        return {k: take_rows(v, index, batch, k, per_row_lists) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
         return type(value)(take_rows(v, index, batch, name) for v in value)
     return value
 
 
 def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Tensor,
-                   batch: int) -> tuple[tuple, dict]:
+                   batch: int, per_row_lists: bool = False) -> tuple[tuple, dict]:
     """A call's positional (named by ``names``) and keyword arguments restricted to the rows ``index``."""
-    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None) for i, a in enumerate(args))
-    return sub_args, {k: take_rows(v, index, batch, k) for k, v in kwargs.items()}
+    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None, per_row_lists)
+                     for i, a in enumerate(args))
+    return sub_args, {k: take_rows(v, index, batch, k, per_row_lists) for k, v in kwargs.items()}
 
 
-def merge_rows(index: torch.Tensor, part: Any, whole: Any) -> Any:
-    """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs)."""
+def merge_rows(index: torch.Tensor, part: Any, whole: Any, per_row_lists: bool = False) -> Any:
+    """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs).
+
+    ``per_row_lists``: lists hold one entry per row (Z-Image returns a list of per-image tensors).
+    """
+    if per_row_lists and isinstance(part, list) and isinstance(whole, list):
+        merged = list(whole)
+        for j, i in enumerate(index.tolist()):
+            merged[i] = part[j]
+        return merged
     if isinstance(part, torch.Tensor):
         if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
             return whole
         return whole.index_copy(0, index.to(whole.device, non_blocking=True), part.to(whole.dtype))
     if isinstance(part, tuple):
-        return tuple(merge_rows(index, a, b) for a, b in zip(part, whole))
+        return tuple(merge_rows(index, a, b, per_row_lists) for a, b in zip(part, whole))
     if hasattr(part, "keys"):  # diffusers BaseOutput
-        return type(part)(**{k: merge_rows(index, part[k], whole[k]) for k in part.keys()})
+        return type(part)(**{k: merge_rows(index, part[k], whole[k], per_row_lists) for k in part.keys()})
     return whole
 
 

@@ -6,11 +6,21 @@ from typing import Any
 
 import torch
 
+TIMESTEP_ARGS = ("timestep", "t")
+"""Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``)."""
+INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel"})
+"""Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
+generation, so a decrease, not an increase, starts a new one."""
+
 
 class StepTracker:
-    """Turns the sequence of ``timestep`` values a transformer sees into (step, branch)."""
+    """Turns the sequence of ``timestep`` values a transformer sees into (step, branch).
 
-    def __init__(self) -> None:
+    ``increasing``: the timestep grows during a generation (see :data:`INCREASING_TIMESTEPS`).
+    """
+
+    def __init__(self, increasing: bool = False) -> None:
+        self.increasing = increasing
         self.reset()
 
     def reset(self) -> None:
@@ -37,7 +47,7 @@ class StepTracker:
 
     def observe(self, t: float) -> bool:
         """Advance on a new call; returns True when a new generation starts."""
-        new_generation = self.t_step is None or t > self.t_step
+        new_generation = self.t_step is None or (t < self.t_step if self.increasing else t > self.t_step)
         if new_generation:
             self.step, self.branch = 0, 0
         elif t == self.t_step:

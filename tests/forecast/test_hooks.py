@@ -145,6 +145,13 @@ def test_new_generation_detected_from_timestep_increase():
                     (False, 1, 0)]
 
 
+def test_increasing_timesteps_start_a_generation_on_decrease():
+    """Lumina2 / Z-Image pipelines pass 1 - sigma: the timestep grows over a generation."""
+    tracker = StepTracker(increasing=True)
+    seen = [(tracker.observe(t), tracker.step, tracker.branch) for t in [0.0, 0.0, 0.5, 0.9, 0.0, 0.5]]
+    assert seen == [(True, 0, 0), (False, 0, 1), (False, 1, 0), (False, 2, 0), (True, 0, 0), (False, 1, 0)]
+
+
 def test_missing_timestep_is_a_clear_error():
     model = build_transformer("tiny-dit-random")
     hooks = ForecastHooks(model, ForecastConfig(), SpecStats())

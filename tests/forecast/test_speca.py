@@ -111,6 +111,33 @@ def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name):
     torch.testing.assert_close(mixed[1], run(4 * x)[1], rtol=1e-4, atol=1e-5)
 
 
+def test_rows_of_list_latents_decide_independently():
+    """Z-Image takes its latents (and captions) as a list of per-row tensors and returns a list: a sub-batch
+    recompute takes and merges list entries, and each row still gets the output it gets alone."""
+    name = "tiny-zimage"
+    model = build_transformer(name)
+    x, call = make_call(name, batch=2, seed=3)
+    other, _ = make_call(name, batch=2, seed=11)
+    cfg = SpecaConfig(tau0=0.5, beta=0.5, tau_min=0.125, k_min=0, k_max=6)
+
+    def run(x):
+        hooks = ForecastHooks(model, cfg, SpecStats(), num_steps_fn=lambda: STEPS)
+        full_rows = []
+        count = hooks._count
+        hooks._count = lambda recompute, drafted: (full_rows.append(recompute), count(recompute, drafted))
+        hooks.attach()
+        with torch.no_grad():
+            for t in timesteps_for(name, STEPS):
+                x = x - 0.05 * call(model, x, t)
+        hooks.detach()
+        return x, full_rows
+
+    mixed, full_rows = run(torch.cat([x[:1], other[1:]]))
+    assert any(len(set(r)) == 2 for r in full_rows)  # some step recomputed one row only
+    torch.testing.assert_close(mixed[0], run(x)[0][0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mixed[1], run(other)[0][1], rtol=1e-4, atol=1e-5)
+
+
 def test_non_finite_draft_falls_back_to_full_compute(monkeypatch):
     baseline, _ = _run("tiny-dit-random", None)
     real = TaylorForecaster.forecast
