@@ -60,6 +60,8 @@ SUPPORTED_TRANSFORMERS = (
     "LTXVideoTransformer3DModel",  # its rotary embedding is batched (B, S, D): sliced per row (rows.py)
     "Flux2Transformer2DModel",
     "ChromaTransformer2DModel",
+    # also the edit models (zero_cond_t=True, Qwen-Image-Edit-2511 / QwenImageEditPlusPipeline): per-row img_shapes
+    # and the blocks' 2B-row temb (real, then zero timestep) are sliced with the rows (rows.py)
     "QwenImageTransformer2DModel",
     "HunyuanVideo15Transformer3DModel",
     "SkyReelsV2Transformer3DModel",

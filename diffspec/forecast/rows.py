@@ -19,6 +19,16 @@ the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D t
 range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer), as long as the batch
 is not sliced)."""
 
+PER_ROW_LIST_ARGS = frozenset({"img_shapes"})
+"""Python lists / tuples with one entry per batch row (Qwen-Image's ``img_shapes``, from which the
+edit model builds its per-row ``modulate_index``): sliced like a batch when their length is the batch.
+Other lists are left whole: a config tuple can have the batch's length by chance."""
+
+STACKED_ARGS = frozenset({"temb"})
+"""Tensors stacking ``m`` copies of the batch along dim 0, copy ``j`` at rows ``j * batch ..``:
+Qwen-Image with ``zero_cond_t`` (the edit models) passes its blocks ``temb`` for the real timestep's
+rows, then the zero timestep's. When their first dim is ``m * batch`` (``m > 1``), each copy is sliced."""
+
 
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
@@ -29,8 +39,14 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
     if per_row_lists and isinstance(value, list) and len(value) == batch:
         return [value[i] for i in index.tolist()]
     if isinstance(value, torch.Tensor):
+        if name in STACKED_ARGS and value.dim() >= 1 and value.shape[0] > batch and value.shape[0] % batch == 0:
+            index = index.to(value.device, non_blocking=True)
+            stacked = torch.cat([index + j * batch for j in range(value.shape[0] // batch)])
+            return value.index_select(0, stacked)
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
+    if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:
+        return type(value)(value[i] for i in index.tolist())
     if isinstance(value, dict):
         return {k: take_rows(v, index, batch, k, per_row_lists) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):

@@ -8,13 +8,19 @@ from torch import nn
 from ..model_spec import Call, Family, Rand, TransformerSpec, text_mask
 
 
+def prompt_states(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
+                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen-Image prompt states and their mask, zero-padded as the Qwen-Image pipelines pad them."""
+    text = rand(batch, spec.text_tokens, spec.config["joint_attention_dim"])
+    mask = text_mask(batch, spec.text_tokens, device)  # the pipeline drops the mask only when nothing is padded
+    return text * mask[..., None].to(dtype), mask
+
+
 def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
           dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
     cfg, hw = spec.config, spec.latent_hw
     latents = rand(batch, hw * hw, cfg["in_channels"])  # packed 2x2 patches of the latent (patch_size=2)
-    text = rand(batch, spec.text_tokens, cfg["joint_attention_dim"])
-    mask = text_mask(batch, spec.text_tokens, device)  # the pipeline drops the mask only when nothing is padded
-    text = text * mask[..., None].to(dtype)  # QwenImagePipeline pads the prompt states with zeros
+    text, mask = prompt_states(spec, batch, rand, device, dtype)
     img_shapes = [[(1, hw, hw)]] * batch  # (frames, packed h, packed w) per sample: the rotary table
 
     def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
