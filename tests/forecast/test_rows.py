@@ -53,9 +53,9 @@ def test_qwenimage_edit_verifier_on_a_row_subset_keeps_rows_independent(monkeypa
     subsets = []
     real = hooks_module.take_call_rows
 
-    def spy(args, kwargs, names, index, batch):
+    def spy(args, kwargs, names, index, batch, *rest, **options):
         subsets.append(index.tolist())
-        return real(args, kwargs, names, index, batch)
+        return real(args, kwargs, names, index, batch, *rest, **options)
 
     monkeypatch.setattr(hooks_module, "take_call_rows", spy)
 
