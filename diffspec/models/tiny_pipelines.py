@@ -63,27 +63,59 @@ def _t5_encoder(d_model: int, *, umt5: bool = False) -> Any:
     return model.eval()
 
 
+def _wan_vae() -> Any:
+    """The 4-channel ``AutoencoderKLWan`` of the Wan-family builders (8x spatial, 4x temporal)."""
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True], latents_mean=[0.0] * 4,
+                            latents_std=[1.0] * 4).eval()
+
+
+def _kl_vae(blocks: int = 2) -> Any:
+    """A 4-channel ``AutoencoderKL`` of ``blocks`` blocks (``2 ** (blocks - 1)``x spatial): two for the
+    Flux-family builders (2x), four for Lumina 2 (8x, the scale its pipeline assumes)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * blocks,
+                         up_block_types=("UpDecoderBlock2D",) * blocks, block_out_channels=(8,) * blocks,
+                         layers_per_block=1, latent_channels=4, norm_num_groups=8, use_quant_conv=False,
+                         use_post_quant_conv=False, shift_factor=0.0, scaling_factor=1.0).eval()
+
+
 def build_tiny_wan(seed: int = 0) -> Any:
     """``WanPipeline``: 3-block ``WanTransformer3DModel``, 4-channel ``AutoencoderKLWan`` (8x spatial,
     4x temporal), one-layer UMT5 encoder, flow-matching Euler scheduler. Frames: ``4k + 1``;
     height and width: multiples of 16.
     """
-    from diffusers import (
-        AutoencoderKLWan,
-        FlowMatchEulerDiscreteScheduler,
-        WanPipeline,
-        WanTransformer3DModel,
-    )
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
 
     torch.manual_seed(seed)
     transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
                                         in_channels=4, out_channels=4, text_dim=24, freq_dim=32, ffn_dim=64,
                                         num_layers=3, rope_max_seq_len=32).eval()
-    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                           temperal_downsample=[False, True, True], latents_mean=[0.0] * 4,
-                           latents_std=[1.0] * 4).eval()
+    vae = _wan_vae()
     return WanPipeline(tokenizer=build_word_tokenizer(), text_encoder=_t5_encoder(24, umt5=True), vae=vae,
                        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
+
+
+def build_tiny_skyreelsv2(seed: int = 0) -> Any:
+    """``SkyReelsV2Pipeline`` (text to video): 2-block ``SkyReelsV2Transformer3DModel`` (T2V: no image
+    embedder, no fps embedding), the Wan builder's 4-channel ``AutoencoderKLWan`` (8x spatial, 4x
+    temporal), one-layer UMT5 encoder, UniPC with flow sigmas (the checkpoints' scheduler). Frames:
+    ``4k + 1``; height and width: multiples of 16. Its prompt cleaning calls ``ftfy`` whether or not
+    it is installed (diffusers 0.42; ``WanPipeline`` checks), so prompts need ``ftfy``.
+    """
+    from diffusers import SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel, UniPCMultistepScheduler
+
+    torch.manual_seed(seed)
+    transformer = SkyReelsV2Transformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
+                                               in_channels=4, out_channels=4, text_dim=24, freq_dim=32, ffn_dim=64,
+                                               num_layers=2, rope_max_seq_len=32).eval()
+    vae = _wan_vae()
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0)
+    return SkyReelsV2Pipeline(tokenizer=build_word_tokenizer(), text_encoder=_t5_encoder(24, umt5=True), vae=vae,
+                              transformer=transformer, scheduler=scheduler)
 
 
 def build_tiny_cogvideox(seed: int = 0) -> Any:
@@ -183,7 +215,7 @@ def build_tiny_flux(seed: int = 0) -> Any:
     ``AutoencoderKL`` (2x spatial, latents packed 2x2), one-layer CLIP and T5 encoders,
     flow-matching Euler. Height and width: multiples of 4.
     """
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
     torch.manual_seed(seed)
@@ -191,10 +223,7 @@ def build_tiny_flux(seed: int = 0) -> Any:
                                          attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
                                          pooled_projection_dim=16, guidance_embeds=False,
                                          axes_dims_rope=(4, 6, 6)).eval()
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
-                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 8), layers_per_block=1,
-                        latent_channels=4, norm_num_groups=8, use_quant_conv=False, use_post_quant_conv=False,
-                        shift_factor=0.0, scaling_factor=1.0).eval()
+    vae = _kl_vae()
     clip = CLIPTextModel(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=16, intermediate_size=32,
                                         num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=77,
                                         projection_dim=16)).eval()
@@ -203,12 +232,60 @@ def build_tiny_flux(seed: int = 0) -> Any:
                         tokenizer_2=build_word_tokenizer(512), transformer=transformer)
 
 
+def build_tiny_chroma(seed: int = 0) -> Any:
+    """``ChromaPipeline`` (text to image): 1+2-block ``ChromaTransformer2DModel`` (its modulations from a
+    2-layer approximator), the Flux builder's 4-channel ``AutoencoderKL`` (2x spatial, latents packed
+    2x2), one-layer T5 encoder (Chroma has no CLIP), flow-matching Euler. Height and width: multiples
+    of 4.
+    """
+    from diffusers import ChromaPipeline, ChromaTransformer2DModel, FlowMatchEulerDiscreteScheduler
+
+    torch.manual_seed(seed)
+    transformer = ChromaTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=2,
+                                           attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                           axes_dims_rope=(4, 6, 6), approximator_num_channels=16,
+                                           approximator_hidden_dim=32, approximator_layers=2).eval()
+    vae = _kl_vae()
+    return ChromaPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=_t5_encoder(24),
+                          tokenizer=build_word_tokenizer(512), transformer=transformer)
+
+
+def build_tiny_lumina2(seed: int = 0) -> Any:
+    """``Lumina2Pipeline`` (text to image): ``Lumina2Transformer2DModel`` with 2 joint blocks and 1-block
+    noise and context refiners (grouped-query attention), 4-channel ``AutoencoderKL`` with four blocks
+    (8x spatial: the pipeline fixes its VAE scale at 8), a 2-layer ``Gemma2Model`` (the pipeline reads
+    its second-to-last hidden states), flow-matching Euler. The pipeline prepends its system prompt as plain text, whose words the word
+    tokenizer maps to ``<unk>``, and pads to 256 tokens. Height and width: multiples of 16, at most
+    512 (the rope tables).
+    """
+    from diffusers import FlowMatchEulerDiscreteScheduler, Lumina2Pipeline, Lumina2Transformer2DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    torch.manual_seed(seed)
+    # axes_lens[0] covers the 256 caption positions, which come before the image tokens' on that axis;
+    # axes_lens[1:] the 2x2 patch rows and columns
+    transformer = Lumina2Transformer2DModel(sample_size=4, patch_size=2, in_channels=4, hidden_size=32, num_layers=2,
+                                            num_refiner_layers=1, num_attention_heads=2, num_kv_heads=1,
+                                            multiple_of=16, axes_dim_rope=(4, 6, 6), axes_lens=(288, 32, 32),
+                                            cap_feat_dim=24).eval()
+    vae = _kl_vae(4)
+    gemma = Gemma2Model(Gemma2Config(vocab_size=_vocab_size(), hidden_size=24, intermediate_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=12,
+                                     max_position_embeddings=512, pad_token_id=0, eos_token_id=1,
+                                     bos_token_id=None)).eval()
+    return Lumina2Pipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae,
+                           text_encoder=gemma, tokenizer=build_word_tokenizer(256))
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
     "tiny-cogvideox": build_tiny_cogvideox,
     "tiny-ltx": build_tiny_ltx,
     "tiny-hunyuanvideo": build_tiny_hunyuanvideo,
+    "tiny-skyreelsv2": build_tiny_skyreelsv2,
+    "tiny-chroma": build_tiny_chroma,
+    "tiny-lumina2": build_tiny_lumina2,
 }
 """Builders of the tiny pipelines by name."""
 
