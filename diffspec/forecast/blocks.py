@@ -36,10 +36,13 @@ BLOCK_STREAM_INPUTS: dict[str, str] = {
     "WanVACETransformerBlock": "control_hidden_states",
 }
 
-# Models whose block lists run in another order than they are registered (the verified list of
-# ``speca`` is the last to run). Wan VACE registers ``blocks`` first but runs ``vace_blocks`` first.
-BLOCK_LIST_ORDER: dict[str, tuple[str, ...]] = {
+# The block lists to forecast, in execution order, where discovery would get them wrong: Wan VACE registers
+# ``blocks`` first but runs ``vace_blocks`` first (``speca`` verifies the last list to run); Lumina 2 declares no
+# ``_repeated_blocks`` (the longest list would leave its refiners running every step) and runs ``context_refiner``
+# before ``noise_refiner``.
+DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
+    "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
 }
 
 HIDDEN_ARGS = ("hidden_states", "x")
@@ -72,9 +75,7 @@ SUPPORTED_TRANSFORMERS = (
     "SanaVideoTransformer3DModel",
     "Kandinsky5Transformer3DModel",
     "CogView4Transformer2DModel",
-    # no _repeated_blocks: only its joint `layers` are found; blocks=("context_refiner", "noise_refiner", "layers")
-    # forecasts its refiners too
-    "Lumina2Transformer2DModel",
+    "Lumina2Transformer2DModel",  # refiners and joint layers (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
     "ZImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
@@ -84,7 +85,7 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     """The model's lists of repeated transformer blocks, in execution (registration) order.
 
     ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
-    (by default those of :data:`BLOCK_LIST_ORDER` for the model's class). Otherwise
+    (by default those of :data:`DEFAULT_BLOCK_LISTS` for the model's class). Otherwise
     ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
     ``nn.ModuleList`` child whose items share one class.
 
@@ -93,7 +94,7 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     """
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if names is None:
-        names = BLOCK_LIST_ORDER.get(type(model).__name__)
+        names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)
     if names is not None:
         by_name = dict(lists)
         bad = [n for n in names if n not in by_name]
