@@ -45,6 +45,13 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
 }
 
+# Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
+# hints, which the main list's forecast residual already carries). On a draft they are skipped with zero side
+# outputs, and nothing of theirs is cached.
+SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
+    "WanVACETransformer3DModel": ("vace_blocks",),
+}
+
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
 A block's stream input: see :meth:`BlockIO.for_block`."""
@@ -69,7 +76,7 @@ SUPPORTED_TRANSFORMERS = (
     "HunyuanVideo15Transformer3DModel",
     "SkyReelsV2Transformer3DModel",
     # caveat: a VACE hint added after the last block (its index in vace_layers) is zero on a draft; released
-    # configs add none there. The control stream's residual is forecast too, though drafts only need zero hints
+    # configs add none there
     "WanVACETransformer3DModel",
     "HunyuanImageTransformer2DModel",
     "SanaVideoTransformer3DModel",

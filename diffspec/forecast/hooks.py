@@ -25,7 +25,7 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import HIDDEN_ARGS, BlockIO, find_block_lists
+from .blocks import HIDDEN_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
@@ -148,11 +148,13 @@ class ForecastHooks(ModuleForecasts):
         pre, post = torch.compiler.disable(self._pre_forward), torch.compiler.disable(self._post_forward)
         self._handles.append(self.transformer.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(self.transformer.register_forward_hook(post, with_kwargs=True))
-        for li, (_, blocks) in enumerate(self.block_lists):
+        side_lists = SIDE_OUTPUT_LISTS.get(type(self.calls.model).__name__, ())
+        for li, (name, blocks) in enumerate(self.block_lists):
             last = len(blocks) - 1
             split = self.verify and li == len(self.block_lists) - 1
             for bi, block in enumerate(blocks):
-                block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split)
+                block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split,
+                                           side_only=name in side_lists)
                 self._patched.append(block)
                 if self.module_ok and self.config.granularity != "block":
                     self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
@@ -293,8 +295,9 @@ class ForecastHooks(ModuleForecasts):
 
     # ----------------------------------------------------------------- block wrapper
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
-              split: bool) -> Callable[..., Any]:
-        """``split``: the verified list, whose last block is forecast (and verified) on its own."""
+              split: bool, side_only: bool = False) -> Callable[..., Any]:
+        """``split``: the verified list, whose last block is forecast (and verified) on its own. ``side_only``: a
+        list of :data:`~.blocks.SIDE_OUTPUT_LISTS`, passed through with zero side outputs on a draft, never cached."""
         original = self.calls.block_forward(block)
         io = BlockIO.for_block(block, original)
         hooks = self
@@ -320,11 +323,13 @@ class ForecastHooks(ModuleForecasts):
                     state.tail_inputs = {"hidden": hidden, "encoder": encoder,
                                          **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
                 out = original(*args, **kwargs)
-                if last and hooks.granularity != "module":
+                if last and hooks.granularity != "module" and not side_only:
                     state.pending = (*io.split_output(out), split, first)
                 elif io.returns_tensor is None:
                     io.split_output(out)  # learn the layout for draft steps
                 return out
+            if side_only:
+                return io.pack(hidden, encoder)
             if hooks.granularity == "module":
                 if not (last and split):
                     return module_draft(*args, **kwargs)

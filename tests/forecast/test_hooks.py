@@ -187,3 +187,19 @@ def test_blocks_named_in_the_config_are_used_and_bad_names_listed():
 def test_unknown_architecture_says_what_to_pass():
     with pytest.raises(ValueError, match=r"Pass blocks=\('name', ...\)"):
         find_block_lists(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_side_output_lists_are_skipped_on_drafts_and_cache_nothing():
+    """Wan VACE's control blocks feed only hints, which the main list's residual carries: nothing of theirs is
+    forecast or cached, and a draft step runs none of their modules (the main list is forecast as usual)."""
+    name = "tiny-wanvace"
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=2)
+    hooks = ForecastHooks(model, ForecastConfig(order=2, interval=4, warmup=2), SpecStats(), num_steps_fn=lambda: 12)
+    hooks.attach()
+    out = _loop(model, x0, call, timesteps_for(name, 12))
+    names = [n for n, _ in hooks.block_lists]
+    assert names == ["vace_blocks", "blocks"]
+    side, main = hooks._branch.lists
+    assert not side.forecasters and main.forecasters
+    assert hooks.stats.forecast_steps > 0 and torch.isfinite(out).all()
