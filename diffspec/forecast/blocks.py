@@ -27,13 +27,17 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "HunyuanImageSingleTransformerBlock": (0, 1),
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
+    "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
 }
 
-# The input carrying the stream a block transforms, where it is not ``hidden_states``. Wan VACE's
-# control blocks read the main stream as ``hidden_states`` and transform ``control_hidden_states``;
-# their other output, the hint, is a side output (see BlockIO.pack).
-BLOCK_STREAM_INPUTS: dict[str, str] = {
-    "WanVACETransformerBlock": "control_hidden_states",
+# The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
+# the layout's hidden index) and ``encoder_hidden_states`` (at its encoder index): stream -> the block's parameter.
+# Wan VACE's control blocks read the main stream as ``hidden_states`` and transform ``control_hidden_states``; their
+# other output, the hint, is a side output (see BlockIO.pack). LTX-2's blocks transform video (``hidden_states``)
+# and audio (``audio_hidden_states``), and read their text streams (``encoder_hidden_states``...) unchanged.
+BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
+    "WanVACETransformerBlock": {"hidden_states": "control_hidden_states"},
+    "LTX2VideoTransformerBlock": {"encoder_hidden_states": "audio_hidden_states"},
 }
 
 # The block lists to forecast, in execution order, where discovery would get them wrong: Wan VACE registers
@@ -84,6 +88,8 @@ SUPPORTED_TRANSFORMERS = (
     "CogView4Transformer2DModel",
     "Lumina2Transformer2DModel",  # refiners and joint layers (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
     "ZImageTransformer2DModel",
+    # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
+    "LTX2VideoTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -149,17 +155,18 @@ class BlockIO:
     layout: tuple[int, int | None] | None
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
-    aliases: dict[str, str] = field(default_factory=dict)  # input name ("hidden_states") -> the block's own name
+    aliases: dict[str, str] = field(default_factory=dict)  # stream name ("hidden_states") -> the block's parameter
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
         params = list(inspect.signature(forward).parameters)
         name = type(block).__name__
-        # the stream a block transforms: BLOCK_STREAM_INPUTS, else ``hidden_states``, else its first parameter
-        # (Kandinsky 5's ``x`` / ``visual_embed``, Z-Image's ``x``)
-        stream = BLOCK_STREAM_INPUTS.get(name) or ("hidden_states" if "hidden_states" in params or not params
-                                                   else params[0])
-        aliases = {"hidden_states": stream} if stream != "hidden_states" else {}
+        # the streams a block transforms: BLOCK_STREAM_INPUTS; else ``hidden_states``, or its first parameter
+        # (Kandinsky 5's ``x`` / ``visual_embed``, Z-Image's ``x``), and ``encoder_hidden_states``
+        aliases = dict(BLOCK_STREAM_INPUTS.get(name, {}))
+        if "hidden_states" not in aliases and "hidden_states" not in params and params:
+            aliases["hidden_states"] = params[0]
+        aliases = {k: v for k, v in aliases.items() if k != v}
         return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
