@@ -37,11 +37,11 @@ class StepTracker:
         try:
             version = timestep._version
         except RuntimeError:  # inference-mode tensors have no version counter
-            return timestep_value(timestep)
+            return timestep_value(timestep, self.increasing)
         last = self._read
         if last is not None and last[0] is timestep and last[1] == version:
             return last[2]
-        value = timestep_value(timestep)
+        value = timestep_value(timestep, self.increasing)
         self._read = (timestep, version, value)
         return value
 
@@ -58,10 +58,15 @@ class StepTracker:
         return new_generation
 
 
-def timestep_value(timestep: Any) -> float:
-    """The scalar value of a ``timestep`` argument (first element of a tensor; one host read)."""
+def timestep_value(timestep: Any, increasing: bool = False) -> float:
+    """The scalar value of a ``timestep`` argument (one host read).
+
+    A tensor's noisiest entry: its max (its min where the timestep grows over a generation). Per-token
+    timesteps (Wan 2.2 TI2V, LTX image-to-video) give the conditioning frame's tokens 0 (clean), so their
+    first element would read 0 at every step.
+    """
     if isinstance(timestep, torch.Tensor):
-        return float(timestep.reshape(-1)[0].item())
+        return float((timestep.min() if increasing else timestep.max()).item())
     if timestep is None:
         raise ValueError("the transformer was called without a `timestep` argument; forecasting needs it")
     return float(timestep)

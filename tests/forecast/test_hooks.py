@@ -203,3 +203,37 @@ def test_side_output_lists_are_skipped_on_drafts_and_cache_nothing():
     side, main = hooks._branch.lists
     assert not side.forecasters and main.forecasters
     assert hooks.stats.forecast_steps > 0 and torch.isfinite(out).all()
+
+
+def test_per_token_timesteps_with_a_clean_conditioning_frame_are_tracked():
+    """Wan 2.2 TI2V / LTX image-to-video pass one timestep per token, 0 on the conditioning frame's tokens: the
+    step is read from the noisiest token, so the run is forecast exactly as with one timestep per row."""
+    tracker = StepTracker()
+    per_token = [torch.tensor([[0.0, 0.0, t, t]]) for t in (999.0, 999.0, 500.0)]
+    assert [(tracker.observe(tracker.read(t)), tracker.step, tracker.branch) for t in per_token] == [
+        (True, 0, 0), (False, 0, 1), (False, 1, 0)]
+
+    name = "tiny-wan"
+    x0, _ = make_call(name, batch=2)
+    text = torch.randn(2, 6, 24, generator=torch.Generator().manual_seed(0))
+    ts = timesteps_for(name, 12)
+    tokens = x0.shape[2] * (x0.shape[3] // 2) * (x0.shape[4] // 2)  # frames x patches (patch 1x2x2)
+    first_frame = torch.arange(tokens) < tokens // x0.shape[2]
+
+    def per_row(model, x, t):
+        return model(hidden_states=x, timestep=t.expand(x.shape[0]), encoder_hidden_states=text, return_dict=False)[0]
+
+    def per_token(model, x, t):
+        timestep = torch.where(first_frame, 0.0, t).expand(x.shape[0], tokens)
+        return model(hidden_states=x, timestep=timestep, encoder_hidden_states=text, return_dict=False)[0]
+
+    runs = []
+    for call in (per_row, per_token):
+        model = build_transformer(name)
+        stats = SpecStats()
+        ForecastHooks(model, ForecastConfig(interval=4, warmup=2), stats, num_steps_fn=lambda: 12).attach()
+        out = _loop(model, x0, call, ts)
+        assert torch.isfinite(out).all()
+        runs.append((stats.full_steps, stats.forecast_steps))
+    full = sum(Schedule(2, 4).without_rejections(12))
+    assert runs[1] == runs[0] == (full, 12 - full)
