@@ -66,10 +66,13 @@ class SJDConfig(ARSamplingConfig):
 
     Args:
         window: drafts verified per call (the paper's L = 16).
-        init: first draft of a position entering the window: ``"uniform"`` (a uniform random
-            token whose law, uniform, is used as its q: exact and accepts more), ``"uniform-onehot"``
-            (a uniform random token with q one-hot on it, as the official code) or ``"repeat"``
-            (the left neighbour's token, q one-hot; the official LlamaGen option).
+        init: first draft of a position entering the window: ``"repeat"`` (default: the token
+            left of it, q one-hot on it), ``"uniform"`` (a uniform random token whose law, uniform,
+            is used as its q) or ``"uniform-onehot"`` (a uniform random token with q one-hot on
+            it, as the official code). All three are exact. With a window covering the image only
+            the first round's drafts are inits, and a flat first context (``"repeat"``) converges
+            much faster than a noise image: ``mc-sjd`` 4.6x against 3.4x per image on
+            ``tiny-ar-tex``, ``sjd`` 5.1x against 2.9x on ``tiny-ar``.
         temperature, top_k, top_p: see :class:`ARSamplingConfig`.
 
     Example:
@@ -81,7 +84,7 @@ class SJDConfig(ARSamplingConfig):
     coupling: ClassVar[str] = "independent"
 
     window: int = 16
-    init: str = "uniform"
+    init: str = "repeat"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -113,7 +116,7 @@ class MCSJDConfig(ARSamplingConfig):
 
     window: int = 64
     coupling: str = "maximal"
-    init: str = "uniform"
+    init: str = "repeat"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -151,7 +154,7 @@ class SJDPACConfig(ARSamplingConfig):
     width: int = 4
     depth: int = 3
     coupling: str = "maximal"
-    init: str = "uniform"
+    init: str = "repeat"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,7 +199,7 @@ class GSDConfig(ARSamplingConfig):
     delta_p: float = 0.15
     embed_dist: float = 0.5
     coupling: str = "maximal"
-    init: str = "uniform"
+    init: str = "repeat"
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,7 +4,8 @@ Workload: a class-conditional AR image target (the shipped ``tiny-ar`` or an AR 
 classifier-free guidance, the same sampling settings in every arm. Arms: ``baseline`` (plain AR
 decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L64`` (SJD at the
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
-``mc-sjd-gumbel``, ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
+``mc-sjd-gumbel``, ``mc-sjd-uniform`` (first drafts uniform random tokens instead of the default
+left-token repeat), ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
 window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
@@ -41,6 +42,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "sjd-L64": {"method": "sjd", "window": 64},
     "mc-sjd": {"method": "mc-sjd", "coupling": "maximal"},
     "mc-sjd-gumbel": {"method": "mc-sjd", "coupling": "gumbel"},
+    "mc-sjd-uniform": {"method": "mc-sjd", "init": "uniform"},
     "sjd-pac": {"method": "sjd-pac"},
     "gsd-G25": {"method": "gsd", "group_size": 25},
     "gsd-G50": {"method": "gsd", "group_size": 50},

@@ -29,8 +29,9 @@ from .official_ar_peers import (
 )
 
 NOTES = [
-    "arms: baseline = diffspec plain AR (KV cache); ar-official = the official llamagen_solver.generate; sjd-L*/mc-sjd-L* = "
-    "diffspec with its default init 'uniform' (uniform random token, q = uniform); mc-sjd-onehot-L* = diffspec mc-sjd "
+    "arms: baseline = diffspec plain AR (KV cache); ar-official = the official llamagen_solver.generate; "
+    "sjd-L*/mc-sjd-L* = diffspec with init 'uniform' (uniform random token, q = uniform; the default init is now "
+    "'repeat'); mc-sjd-onehot-L* = diffspec mc-sjd "
     "with init 'uniform-onehot' (the official init law); sjd-official-L* = SJD's LlamaGenSolver + SJD's renew_sampler; "
     "scd-official-L* = SJD's LlamaGenSolver + SCD's jacobi_iteration_lumina_mgpt_SCDMC.renew_sampler (drop-in: same "
     "patching and fields), both unmodified.",
@@ -146,7 +147,8 @@ def run_official_peers(*, sjd_repo: str | None = None, scd_repo: str | None = No
                            "config": {"decoding": "official llamagen_solver.generate (plain AR, static KV cache)",
                                       "top_k": official_k}}
     for w in (*windows, *diffspec_windows):
-        for name, method, kw in ((f"sjd-L{w}", "sjd", {}), (f"mc-sjd-L{w}", "mc-sjd", {}),
+        for name, method, kw in ((f"sjd-L{w}", "sjd", {"init": "uniform"}),
+                                 (f"mc-sjd-L{w}", "mc-sjd", {"init": "uniform"}),
                                  (f"mc-sjd-onehot-L{w}", "mc-sjd", {"init": "uniform-onehot"})):
             if w in diffspec_windows and "onehot" in name:
                 continue

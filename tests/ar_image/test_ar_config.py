@@ -6,7 +6,7 @@ from diffspec.ar_image.config import MCSJDConfig, SJDConfig
 def test_defaults_and_registry_metadata():
     sjd, mc = SJDConfig(), MCSJDConfig()
     assert (sjd.method, sjd.family, sjd.exact, sjd.window, sjd.coupling) == ("sjd", "ar_image", True, 16, "independent")
-    assert (mc.method, mc.window, mc.coupling, mc.init) == ("mc-sjd", 64, "maximal", "uniform")
+    assert (mc.method, mc.window, mc.coupling, mc.init) == ("mc-sjd", 64, "maximal", "repeat")
     assert sjd.sampling == {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
     assert mc.to_dict()["method"] == "mc-sjd"
 

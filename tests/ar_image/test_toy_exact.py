@@ -36,6 +36,8 @@ METHODS = [  # (method, window): window 16 covers the whole toy image, window 2 
     (("independent", "repeat"), 2),
     (("maximal", "uniform"), 16),
     (("maximal", "uniform-onehot"), 2),
+    (("maximal", "repeat"), 16),
+    (("maximal", "repeat"), 2),
     (("gumbel", "uniform"), 2),
     (("gumbel", "repeat"), 16),
 ]
@@ -49,7 +51,7 @@ def test_full_joint_law(method, window):
     assert p_value(target, tokens) > 1e-3
 
 
-@pytest.mark.parametrize("init", ["uniform", "uniform-onehot"])
+@pytest.mark.parametrize("init", ["uniform", "uniform-onehot", "repeat"])
 def test_planted_old_q_bookkeeping_is_rejected(init):
     """The official MC scheduler's kept-token old-q bookkeeping must fail the same test."""
     target = ToyTableTarget(seed=0)
