@@ -76,13 +76,15 @@ def bonferroni_p(a: torch.Tensor, b: torch.Tensor) -> float:
     return min(ps) * len(ps)
 
 
-@pytest.mark.parametrize("coupling, kept_old_q", [("independent", False), ("maximal", False), ("gumbel", False),
-                                                  ("maximal", True)], ids=["sjd", "mc", "mc-gumbel", "planted-old-q"])
-def test_sampled_token_histograms_match_plain(hist_target_and_reference, coupling, kept_old_q):
+@pytest.mark.parametrize("coupling, init, kept_old_q", [
+    ("independent", "uniform", False), ("maximal", "uniform", False), ("gumbel", "uniform", False),
+    ("maximal", "repeat", False), ("maximal", "uniform", True), ("maximal", "repeat", True),
+], ids=["sjd", "mc", "mc-gumbel", "mc-repeat", "planted-old-q", "planted-old-q-repeat"])
+def test_sampled_token_histograms_match_plain(hist_target_and_reference, coupling, init, kept_old_q):
     target, ref = hist_target_and_reference
     session = target.start(class_labels=[1] * M_HIST, guidance_scale=2.0)
     stats = SpecStats()
-    out = jacobi_sample(session, N_HIST, 4, coupling, "uniform", {"temperature": 1.0}, gen(1), stats,
+    out = jacobi_sample(session, N_HIST, 4, coupling, init, {"temperature": 1.0}, gen(1), stats,
                         _kept_old_q=kept_old_q)
     assert stats.extra["tokens_per_call"] > 1.2
     if kept_old_q:
