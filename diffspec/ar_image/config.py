@@ -70,9 +70,8 @@ class SJDConfig(ARSamplingConfig):
             left of it, q one-hot on it), ``"uniform"`` (a uniform random token whose law, uniform,
             is used as its q) or ``"uniform-onehot"`` (a uniform random token with q one-hot on
             it, as the official code). All three are exact. With a window covering the image only
-            the first round's drafts are inits, and a flat first context (``"repeat"``) converges
-            much faster than a noise image: ``mc-sjd`` 4.6x against 3.4x per image on
-            ``tiny-ar-tex``, ``sjd`` 5.1x against 2.9x on ``tiny-ar``.
+            the first round's drafts are inits, and a flat first context (``"repeat"``) settles in
+            far fewer calls than a noise image on the shipped models (README, AR image benchmarks).
         temperature, top_k, top_p: see :class:`ARSamplingConfig`.
 
     Example:
