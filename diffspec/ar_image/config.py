@@ -175,12 +175,16 @@ class GSDConfig(ARSamplingConfig):
     (when the target has :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`) is
     within squared L2 distance ``embed_dist``. Rejections resample the plain residual
     ``(p - q)_+``. ``group_size=1`` (or ``delta_p=0``, ``embed_dist=0``) is ``mc-sjd`` exactly.
+    Drafts whose ``q`` is one-hot (first drafts under ``init="repeat"``) take the exact test unless
+    ``group_onehot=True``.
 
     Args:
         window: drafts verified per call.
         group_size: rank window around the draft, the draft included (the paper: 25 for COCO, 50 for Parti).
         delta_p: probability-gap filter (strict).
         embed_dist: squared-L2 embedding-distance filter (strict; the official code's 0.5).
+        group_onehot: group-test one-hot drafts too (the paper's rule; with ``init="repeat"`` it
+            biases the image towards copies of the left token).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
@@ -197,6 +201,7 @@ class GSDConfig(ARSamplingConfig):
     group_size: int = 25
     delta_p: float = 0.15
     embed_dist: float = 0.5
+    group_onehot: bool = False
     coupling: str = "maximal"
     init: str = "repeat"
 
@@ -206,5 +211,7 @@ class GSDConfig(ARSamplingConfig):
         check_int("group_size", self.group_size, 1, 65536)
         check_float("delta_p", self.delta_p, 0.0, 1.0)
         check_float("embed_dist", self.embed_dist, 0.0)
+        if not isinstance(self.group_onehot, bool):
+            raise ValueError(f"group_onehot={self.group_onehot!r} must be True or False")
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)

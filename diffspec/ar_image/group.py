@@ -12,6 +12,11 @@ cluster ``C`` of tokens the target row ``p`` finds interchangeable with ``x``:
    ``x`` itself always stays, so ``group_size=1``, ``delta_p=0`` or ``embed_dist=0`` give the
    exact test of :func:`~diffspec.ar_image.sampling.mrs`, bit for bit.
 
+A draft whose ``q`` is a point mass (a first draft under ``init="repeat"`` or ``"uniform-onehot"``,
+or a forced token) takes the exact test unless ``group_onehot=True``: against ``q(C) = 1`` the group
+test accepts the draft with ``p(C)``, i.e. wherever any token like it is likely, which pulls the
+image towards its first drafts (``init="repeat"``: towards copies of the left token).
+
 On rejection the residual is the plain ``(p - q)_+``, as in the paper: the output law is no longer
 ``p``. The rule reports the per-position relaxation ``|min(1, p(C)/q(C)) - min(1, p(x)/q(x))|``,
 whose mean over drafts bounds the per-token TV spent (``stats.extra["relaxed_tv"]``).
@@ -19,10 +24,10 @@ whose mean over drafts bounds the per-token TV spent (``stats.extra["relaxed_tv"
 Example:
     >>> rule = GroupAcceptance(group_size=3, delta_p=1.0)
     >>> p = torch.tensor([[0.5, 0.3, 0.2]])
-    >>> q = torch.tensor([[0.0, 1.0, 0.0]])
+    >>> q = torch.tensor([[0.1, 0.8, 0.1]])
     >>> res = rule(p, q, torch.tensor([1]), torch.Generator().manual_seed(0))
-    >>> bool(res.accepted[0]), round(float(res.relaxation[0]), 3)  # p(C) = 1 = q(C), vs p(x)/q(x) = 0.3
-    (True, 0.7)
+    >>> bool(res.accepted[0]), round(float(res.relaxation[0]), 3)  # p(C) = 1 = q(C), vs p(x)/q(x) = 0.375
+    (True, 0.625)
 """
 
 from __future__ import annotations
@@ -40,13 +45,15 @@ class GroupAcceptance:
         delta_p: members need ``|p(y) - p(x)| < delta_p``.
         embed_dist: members need ``||e_y - e_x||^2 < embed_dist`` (when ``embeddings`` is given).
         embeddings: ``(codebook_size, dim)`` token embeddings, or None (rank and probability filters only).
+        group_onehot: also group-test drafts whose ``q`` is one-hot (the paper's rule); False tests
+            them exactly.
 
     Raises:
         ValueError: ``group_size < 1``, negative thresholds, or embeddings of the wrong shape (named).
     """
 
     def __init__(self, group_size: int, delta_p: float, embed_dist: float = 0.5,
-                 embeddings: torch.Tensor | None = None) -> None:
+                 embeddings: torch.Tensor | None = None, group_onehot: bool = False) -> None:
         if group_size < 1:
             raise ValueError(f"group_size={group_size!r} is out of range: allowed [1, inf)")
         if delta_p < 0 or embed_dist < 0:
@@ -55,6 +62,7 @@ class GroupAcceptance:
             raise ValueError(f"embeddings must be (codebook_size, dim); got shape {tuple(embeddings.shape)}")
         self.group_size, self.delta_p, self.embed_dist = int(group_size), float(delta_p), float(embed_dist)
         self.embeddings = None if embeddings is None else embeddings.detach().float()
+        self.group_onehot = bool(group_onehot)
 
     def cluster(self, p: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Members of each draft's cluster.
@@ -94,6 +102,8 @@ class GroupAcceptance:
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
         """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
         tokens, keep = self.cluster(p, draft)
+        if not self.group_onehot:  # point-mass drafts: the cluster shrinks to the draft (exact test)
+            keep &= (q.amax(-1) < 1).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))
         w = keep.to(p.dtype)
         masses = ((p.gather(-1, tokens) * w).sum(-1), (q.gather(-1, tokens) * w).sum(-1))
         return mrs(p, q, draft, generator, accept_mass=masses)

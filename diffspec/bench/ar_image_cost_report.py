@@ -2,7 +2,7 @@
 
 The projection multiplies two things measured in different places and says so: the per-call cost
 measured by the suite (random weights, real-size config, this machine) and the step compression
-(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on the trained ``tiny-ar`` by the
+(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on the trained ``tiny-ar-tex`` by the
 ``ar-image`` suite (a committed CPU JSON, or figures given with ``--set step_compression=...``):
 ``projected speedup = plain time / (calls x call(L))`` with ``plain time = N x call(1)`` and
 ``calls = N / step_compression``.
@@ -23,10 +23,11 @@ import torch
 
 from ..config import check_float, check_int
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ar-image-tiny-ar-cpu-pac.json"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ar-image-tiny-ar-tex-cpu-repeat.json"
 """The committed ``ar-image`` run whose per-image step compression the projection uses by default
-(``tiny-ar``, 64 images per arm, ``sjd`` and ``mc-sjd`` at window 64)."""
-LABEL = "projected: cost measured here x acceptance measured on the trained tiny-ar"
+(``tiny-ar-tex``, the less peaked reference model, 256 images per arm, default ``init="repeat"``;
+``sjd`` at windows 16 and 64, ``mc-sjd`` at 64, and ``mc-sjd`` with the old uniform first drafts)."""
+LABEL = "projected: cost measured here x acceptance measured on the trained tiny-ar-tex"
 GOAL_MODEL, GOAL_WINDOW, GOAL_OVERHEAD = "llamagen-7b-size", 64, 0.05
 
 
@@ -117,8 +118,9 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
                       "projected_speedup_with_loop replaces call(L + 1) by the measured mc-sjd round at window L "
                       "(used for sjd's entry too: its round differs by one independent draw instead of reusing "
                       "the test's outputs).",
-                      "The step compression is a per-image mean on the trained tiny-ar (64 tokens, so window 64 "
-                      "covers the whole image; its acceptance is far more peaked than a real model's) at batch 1: "
+                      "The step compression is a per-image mean on the trained tiny-ar-tex (64 tokens, so window 64 "
+                      "covers the whole image; median top-1 probability 0.38, still more peaked than a real "
+                      "model's) at batch 1: "
                       "a batch > 1 waits for its slowest row, so rows with batch > 1 are upper bounds; the source's "
                       "per-chunk figure is that effect at its quality chunk size."]}
 

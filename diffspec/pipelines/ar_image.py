@@ -92,7 +92,8 @@ class ARImagePipeline(SpeculativePipeline):
         """The verification rule of ``config``: None (exact MRS) or ``gsd``'s group test."""
         if not isinstance(config, GSDConfig):
             return None
-        return GroupAcceptance(config.group_size, config.delta_p, config.embed_dist, self.pipe.token_embeddings())
+        return GroupAcceptance(config.group_size, config.delta_p, config.embed_dist, self.pipe.token_embeddings(),
+                               group_onehot=config.group_onehot)
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:
         """The plain AR loop (one target call per token) that ``sjd``/``mc-sjd`` are exact against."""

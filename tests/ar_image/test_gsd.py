@@ -68,6 +68,23 @@ def test_degenerate_group_is_the_exact_test_bit_for_bit(rule):
     assert float(res.relaxation.abs().max()) == 0.0
 
 
+def test_point_mass_drafts_take_the_exact_test_unless_asked():
+    """A one-hot q (first drafts under init="repeat") is tested exactly; group_onehot=True groups it."""
+    p, q_model, draft = random_pq(shape=(4, 6))
+    q = torch.zeros_like(p).scatter_(-1, draft.unsqueeze(-1), 1.0)
+    ref = mrs(p, q, draft, gen(3))
+    res = GroupAcceptance(9, 1.0)(p, q, draft, gen(3))
+    assert torch.equal(ref.tokens, res.tokens) and torch.equal(ref.accepted, res.accepted)
+    assert float(res.relaxation.abs().max()) == 0.0
+    grouped = GroupAcceptance(9, 1.0, group_onehot=True)(p, q, draft, gen(3))
+    assert float(grouped.relaxation.min()) > 0.0  # p(C) > p(x) everywhere here
+    assert grouped.accepted.sum() > ref.accepted.sum()
+    mixed = q.clone()
+    mixed[0] = q_model[0]  # row 0 drafted from a model row: the group test applies there only
+    got = GroupAcceptance(9, 1.0)(p, mixed, draft, gen(3))
+    assert float(got.relaxation[0].max()) > 0.0 and float(got.relaxation[1:].abs().max()) == 0.0
+
+
 def test_group_test_law_and_reported_tv():
     """One position, 2e5 drafts x ~ q: the output law moves away from p by at most the reported budget."""
     vocab, m = 6, 200_000
@@ -168,7 +185,7 @@ def test_transformers_targets_expose_their_image_token_embeddings():
 def test_config_validation_and_registry():
     assert GSDConfig().group_size == 25 and not GSDConfig.exact
     for field, value in [("group_size", 0), ("delta_p", 1.5), ("embed_dist", -1.0), ("coupling", "none"),
-                         ("window", 0), ("init", "zeros")]:
+                         ("window", 0), ("init", "zeros"), ("group_onehot", 1)]:
         with pytest.raises(ValueError, match=field):
             GSDConfig(**{field: value})
     info = {m.name: m for m in methods("ar_image", available_only=True)}["gsd"]
