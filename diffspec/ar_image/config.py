@@ -176,13 +176,20 @@ class GSDConfig(ARSamplingConfig):
     within squared L2 distance ``embed_dist``. Rejections resample the plain residual
     ``(p - q)_+``. ``group_size=1`` (or ``delta_p=0``, ``embed_dist=0``) is ``mc-sjd`` exactly.
     Drafts whose ``q`` is one-hot (first drafts under ``init="repeat"``) take the exact test unless
-    ``group_onehot=True``.
+    ``group_onehot=True``. The official ``embed_dist = 0.5`` is a distance in Lumina-mGPT's embedding
+    space; ``embed_quantile`` states it scale-free instead (the fraction of token pairs closer than
+    the threshold), for any target.
 
     Args:
         window: drafts verified per call.
         group_size: rank window around the draft, the draft included (the paper: 25 for COCO, 50 for Parti).
         delta_p: probability-gap filter (strict).
         embed_dist: squared-L2 embedding-distance filter (strict; the official code's 0.5).
+        embed_source: vectors of the distance filter: ``"embeddings"`` (the target's input
+            embeddings, as the paper) or ``"codebook"`` (the VQ decoder's code vectors: decoded-patch
+            similarity).
+        embed_quantile: when set, in ``(0, 1]``, replaces ``embed_dist`` by this quantile of the
+            squared distances between the source's vectors (e.g. 0.05: the nearest 5% of pairs).
         group_onehot: group-test one-hot drafts too (the paper's rule; with ``init="repeat"`` it
             biases the image towards copies of the left token).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
@@ -201,6 +208,8 @@ class GSDConfig(ARSamplingConfig):
     group_size: int = 25
     delta_p: float = 0.15
     embed_dist: float = 0.5
+    embed_source: str = "embeddings"
+    embed_quantile: float | None = None
     group_onehot: bool = False
     coupling: str = "maximal"
     init: str = "repeat"
@@ -211,6 +220,9 @@ class GSDConfig(ARSamplingConfig):
         check_int("group_size", self.group_size, 1, 65536)
         check_float("delta_p", self.delta_p, 0.0, 1.0)
         check_float("embed_dist", self.embed_dist, 0.0)
+        check_choice("embed_source", self.embed_source, ("embeddings", "codebook"))
+        if self.embed_quantile is not None:
+            check_float("embed_quantile", self.embed_quantile, 0.0, 1.0, lo_open=True)
         if not isinstance(self.group_onehot, bool):
             raise ValueError(f"group_onehot={self.group_onehot!r} must be True or False")
         check_choice("coupling", self.coupling, COUPLINGS)

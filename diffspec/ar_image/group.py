@@ -37,6 +37,24 @@ import torch
 from .sampling import Generators, MRSResult, mrs
 
 
+def distance_quantile(vectors: torch.Tensor, quantile: float, max_rows: int = 2048) -> float:
+    """The ``quantile`` of squared L2 distances between distinct rows of ``vectors`` (``gsd``'s scale-free filter).
+
+    Sets of more than ``max_rows`` rows use a fixed sample of ``max_rows`` of them (seed 0), so a
+    16384-code vocabulary costs a 2048 x 2048 distance matrix.
+
+    Example:
+        >>> distance_quantile(torch.tensor([[0.0], [1.0], [3.0]]), 0.0)
+        1.0
+    """
+    v = vectors.detach().float()
+    if v.shape[0] > max_rows:
+        v = v[torch.randperm(v.shape[0], generator=torch.Generator().manual_seed(0))[:max_rows].to(v.device)]
+    d = torch.cdist(v, v).square()
+    off = d[~torch.eye(len(v), dtype=torch.bool, device=v.device)]
+    return float(off.quantile(float(quantile)))
+
+
 class GroupAcceptance:
     """The ``gsd`` verification rule, an :data:`~diffspec.ar_image.jacobi.Acceptance` for :func:`jacobi_sample`.
 

@@ -6,7 +6,9 @@ decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L6
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
 ``mc-sjd-gumbel``, ``mc-sjd-uniform`` (first drafts uniform random tokens instead of the default
 left-token repeat), ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
-window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop)
+window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop; ``-cb05`` /
+``-cb15``: distance filter on the VQ codebook at the nearest 5% / 15% of code pairs, ``-emb05``: on the
+input embeddings at 5%)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
@@ -46,6 +48,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "sjd-pac": {"method": "sjd-pac"},
     "gsd-G25": {"method": "gsd", "group_size": 25},
     "gsd-G50": {"method": "gsd", "group_size": 50},
+    "gsd-G50-cb05": {"method": "gsd", "group_size": 50, "embed_source": "codebook", "embed_quantile": 0.05},
+    "gsd-G50-cb15": {"method": "gsd", "group_size": 50, "embed_source": "codebook", "embed_quantile": 0.15},
+    "gsd-G50-emb05": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05},
     "lantern": {"method": "lantern"},
     "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},

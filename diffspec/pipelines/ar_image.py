@@ -19,7 +19,7 @@ import torch
 
 from ..api import SpeculativePipeline
 from ..ar_image.config import GSDConfig, MCSJDConfig, SJDConfig, SJDPACConfig
-from ..ar_image.group import GroupAcceptance
+from ..ar_image.group import GroupAcceptance, distance_quantile
 from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.pac import pac_sample
 from ..ar_image.plain import finish, open_session, plain_sample
@@ -47,6 +47,7 @@ class ARImagePipeline(SpeculativePipeline):
     def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig | SJDPACConfig | GSDConfig) -> None:
         super().__init__(pipe, config)
         self._progress_bar_config: dict[str, Any] = {}
+        self._quantiles: dict[tuple[str, float], float] = {}  # gsd embed_quantile -> distance, per source
         self.enable()
 
     def set_progress_bar_config(self, **kwargs: Any) -> None:
@@ -92,8 +93,20 @@ class ARImagePipeline(SpeculativePipeline):
         """The verification rule of ``config``: None (exact MRS) or ``gsd``'s group test."""
         if not isinstance(config, GSDConfig):
             return None
-        return GroupAcceptance(config.group_size, config.delta_p, config.embed_dist, self.pipe.token_embeddings(),
-                               group_onehot=config.group_onehot)
+        if config.embed_source == "codebook":
+            vectors = getattr(self.pipe, "codebook", None)
+            if vectors is None:
+                raise ValueError(f"embed_source='codebook': {type(self.pipe).__name__} exposes no VQ codebook "
+                                 "(target.codebook); use embed_source='embeddings'")
+        else:
+            vectors = self.pipe.token_embeddings()
+        dist = config.embed_dist
+        if config.embed_quantile is not None and vectors is not None:
+            key = (config.embed_source, config.embed_quantile)
+            if key not in self._quantiles:
+                self._quantiles[key] = distance_quantile(vectors, config.embed_quantile)
+            dist = self._quantiles[key]
+        return GroupAcceptance(config.group_size, config.delta_p, dist, vectors, group_onehot=config.group_onehot)
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:
         """The plain AR loop (one target call per token) that ``sjd``/``mc-sjd`` are exact against."""

@@ -8,7 +8,7 @@ from ar_checks import chi2_fit
 
 from diffspec import SpeculativePipeline, methods
 from diffspec.ar_image.config import GSDConfig
-from diffspec.ar_image.group import GroupAcceptance
+from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.sampling import mrs
 from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
@@ -163,6 +163,35 @@ def test_gsd_accepts_more_than_mc_sjd_on_tiny_ar(tiny_ar):
     assert 0 < relaxed.extra["relaxed_tv"] < 0.5
 
 
+def test_distance_quantile_matches_a_loop_and_samples_large_sets():
+    v = torch.randn(30, 4, generator=gen(5))
+    pairs = [float(((v[i] - v[j]) ** 2).sum()) for i in range(30) for j in range(30) if i != j]
+    for qu in (0.05, 0.5, 1.0):
+        assert distance_quantile(v, qu) == pytest.approx(float(torch.tensor(pairs).quantile(qu)), rel=1e-4)
+    big = torch.randn(300, 4, generator=gen(6))
+    assert distance_quantile(big, 0.1, max_rows=64) == distance_quantile(big, 0.1, max_rows=64)  # fixed sample
+    assert distance_quantile(big, 0.1, max_rows=64) == pytest.approx(distance_quantile(big, 0.1), rel=0.2)
+
+
+@pytest.mark.parametrize("source", ["embeddings", "codebook"])
+def test_embed_quantile_sets_the_filter_from_the_chosen_vectors(tiny_ar, source):
+    spec = SpeculativePipeline.from_pipe(tiny_ar, method="gsd", group_size=50, embed_source=source, embed_quantile=0.05)
+    rule = spec._acceptance(spec.config)
+    vectors = tiny_ar.codebook if source == "codebook" else tiny_ar.token_embeddings()
+    assert torch.equal(rule.embeddings, vectors.float())
+    assert rule.embed_dist == distance_quantile(vectors, 0.05) != GSDConfig().embed_dist
+    labels = list(range(6))
+    _, tight = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, embed_source=source, embed_quantile=0.001)
+    _, wide = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, embed_source=source, embed_quantile=1.0)
+    assert tight.extra["relaxed_tv"] < wide.extra["relaxed_tv"]
+
+
+def test_codebook_source_needs_a_codebook():
+    spec = SpeculativePipeline.from_pipe(ToyTableTarget(seed=0), method="gsd", embed_source="codebook")
+    with pytest.raises(ValueError, match="embed_source"):
+        spec(class_labels=[0], generator=gen(0), output_type="tokens")
+
+
 def test_transformers_targets_expose_their_image_token_embeddings():
     pytest.importorskip("transformers")
     from test_emu3 import tiny_emu3
@@ -185,7 +214,8 @@ def test_transformers_targets_expose_their_image_token_embeddings():
 def test_config_validation_and_registry():
     assert GSDConfig().group_size == 25 and not GSDConfig.exact
     for field, value in [("group_size", 0), ("delta_p", 1.5), ("embed_dist", -1.0), ("coupling", "none"),
-                         ("window", 0), ("init", "zeros"), ("group_onehot", 1)]:
+                         ("window", 0), ("init", "zeros"), ("group_onehot", 1), ("embed_source", "vq"),
+                         ("embed_quantile", 0.0), ("embed_quantile", 1.5)]:
         with pytest.raises(ValueError, match=field):
             GSDConfig(**{field: value})
     info = {m.name: m for m in methods("ar_image", available_only=True)}["gsd"]
