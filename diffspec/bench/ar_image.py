@@ -7,8 +7,8 @@ MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, windo
 ``mc-sjd-gumbel``, ``mc-sjd-uniform`` (first drafts uniform random tokens instead of the default
 left-token repeat), ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
 window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop; ``-cb05`` /
-``-cb15``: distance filter on the VQ codebook at the nearest 5% / 15% of code pairs, ``-emb05``: on the
-input embeddings at 5%)
+``-cb15``: distance filter on the VQ codebook at the nearest 5% / 15% of code pairs, ``-emb05`` /
+``-emb10``: on the input embeddings at 5% / 10%; ``-dp0.3``: probability-gap filter 0.3)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
@@ -51,6 +51,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-G50-cb05": {"method": "gsd", "group_size": 50, "embed_source": "codebook", "embed_quantile": 0.05},
     "gsd-G50-cb15": {"method": "gsd", "group_size": 50, "embed_source": "codebook", "embed_quantile": 0.15},
     "gsd-G50-emb05": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05},
+    "gsd-G100-emb10": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1},
+    "gsd-G100-emb05-dp0.3": {"method": "gsd", "group_size": 100, "embed_quantile": 0.05, "delta_p": 0.3},
     "lantern": {"method": "lantern"},
     "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},
@@ -155,6 +157,9 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
     if guidance_scale is None:
         guidance_scale = target.default_guidance_scale
     overrides = dict(overrides or {})
+    offset = overrides.pop("seed_offset", 0)  # --set seed_offset=N: another independent set of quality seeds
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or offset % 10 != 0:
+        raise ValueError(f"seed_offset={offset!r} must be a non-negative multiple of 10 (class labels are seed % 10)")
     sampling = MCSJDConfig().replace(**{k: v for k, v in overrides.items() if k in ("temperature", "top_k", "top_p")})
     specs = {}
     for name in names:
@@ -195,7 +200,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         time_arms(arms, timed, device=dev, repeats=repeats, warmup=warmup, show_progress=show_progress)
         tokens, quality_calls = {}, {}
         for i, arm in enumerate(arms):  # independent seeds per arm (the homogeneity test needs independence)
-            seeds = list(range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples))
+            seeds = list(range(offset + 10_000 * (i + 1), offset + 10_000 * (i + 1) + quality_samples))
             chunks, calls, per_image, tv = [], 0, 0.0, None
             for c in progress(range(0, quality_samples, QUALITY_CHUNK), desc=f"quality {arm.name}",
                               disable=not show_progress):
@@ -213,17 +218,19 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
                 quality_calls[arm.name]["relaxed_tv"] = round(tv / quality_samples, 4)
         base = tokens["baseline"]
         same_n = min(quality_samples, SAME_SEED_SAMPLES)
-        same_seeds = list(range(10_000, 10_000 + same_n))  # the baseline's first quality seeds
+        same_seeds = list(range(offset + 10_000, offset + 10_000 + same_n))  # the baseline's first quality seeds
         same = {arm.name: arm.run(same_seeds).cpu() for arm in arms[1:]}
         same["baseline"] = base[:same_n]
         same_images = {k: target.decode_tokens(v.to(dev)).float().cpu() for k, v in same.items()}
-        labels = torch.tensor([s % 10 for s in range(10_000, 10_000 + min(quality_samples, 256))], device=dev)
+        labels = torch.tensor([s % 10 for s in range(offset + 10_000, offset + 10_000 + min(quality_samples, 256))],
+                              device=dev)
         entropy = _entropy(target, base[: len(labels)].to(dev), labels, guidance_scale, sampling.sampling)
         base_median = latency_summary(arms[0].times)["median"]
         runs = []
         for i, arm in enumerate(arms):
             images = target.decode_tokens(tokens[arm.name].to(dev)).float().cpu()
-            arm_labels = torch.tensor([s % 10 for s in range(10_000 * (i + 1), 10_000 * (i + 1) + quality_samples)])
+            arm_labels = torch.tensor([s % 10 for s in range(offset + 10_000 * (i + 1),
+                                                              offset + 10_000 * (i + 1) + quality_samples)])
             quality: dict[str, Any] = {"fid": round(reference_fid(images, classifier), 3),
                                        "accuracy": round(class_accuracy(images, arm_labels, classifier), 4),
                                        "psnr": None, "ssim": None, "lpips": None,
@@ -248,8 +255,8 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
                   "codebook_size": vocab, "grid": list(target.grid), "token_entropy": entropy,
                   "reference_classifier": classifier},
         "workload": {"tokens": n, "batch": batch, "seeds": timed, "guidance_scale": guidance_scale,
-                     "sampling": sampling.sampling, "quality_samples": quality_samples, "repeats": repeats,
-                     "warmup": warmup, "quality_chunk": QUALITY_CHUNK},
+                     "sampling": sampling.sampling, "quality_samples": quality_samples, "seed_offset": offset,
+                     "repeats": repeats, "warmup": warmup, "quality_chunk": QUALITY_CHUNK},
         "runs": runs,
         "peers_not_run": {
             "official SJD (tyshiwo1/Accelerating-T2I-AR-with-SJD) and MC-SJD / SCD (junhyukso/SCD)": "they need "

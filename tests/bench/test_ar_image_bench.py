@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from diffspec.ar_image.llamagen import LlamaGenTransformer
@@ -98,3 +99,15 @@ def test_ar_image_uses_the_model_folders_reference_classifier(tmp_path):
     default = run_bench("ar-image", model=str(_model_folder(tmp_path / "plain")), methods=["sjd"], repeats=1,
                         warmup=0, quality_samples=4, show_progress=False)
     assert default["model"]["reference_classifier"] == "shapes"
+
+
+def test_seed_offset_moves_the_quality_seeds(tmp_path):
+    folder = _model_folder(tmp_path)
+    kw = dict(model=str(folder), methods=["gsd-G100-emb05-dp0.3"], repeats=1, warmup=0, quality_samples=4,
+              show_progress=False)
+    doc = run_bench("ar-image", overrides={"seed_offset": 1000}, **kw)
+    assert doc["workload"]["seed_offset"] == 1000
+    gsd = next(r for r in doc["runs"] if r["method"] != "baseline")
+    assert gsd["config"]["embed_quantile"] == 0.05 and gsd["config"]["delta_p"] == 0.3
+    with pytest.raises(ValueError, match="seed_offset"):
+        run_bench("ar-image", overrides={"seed_offset": 7}, **kw)
