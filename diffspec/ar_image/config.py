@@ -190,8 +190,8 @@ class GSDConfig(ARSamplingConfig):
             similarity).
         embed_quantile: when set, in ``(0, 1]``, replaces ``embed_dist`` by this quantile of the
             squared distances between the source's vectors (e.g. 0.05: the nearest 5% of pairs).
-        group_onehot: group-test one-hot drafts too (the paper's rule; with ``init="repeat"`` it
-            biases the image towards copies of the left token).
+        group_onehot: group-test one-hot drafts too (the paper's rule: against ``q(C) = 1`` the
+            draft is accepted with ``p(C)``).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
