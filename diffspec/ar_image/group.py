@@ -10,7 +10,9 @@ cluster ``C`` of tokens the target row ``p`` finds interchangeable with ``x``:
    token embedding (the target's :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`)
    lies at squared L2 distance ``embed_dist`` or more from ``x``'s (no embeddings: no such filter).
    ``x`` itself always stays, so ``group_size=1``, ``delta_p=0`` or ``embed_dist=0`` give the
-   exact test of :func:`~diffspec.ar_image.sampling.mrs`, bit for bit.
+   exact test of :func:`~diffspec.ar_image.sampling.mrs`, bit for bit. For codebooks of up to
+   ``NEAR_TABLE_MAX_CODES`` tokens the distance filter is a ``(V, V)`` boolean table built once per
+   device, so a round gathers ``G`` flags per draft instead of ``G`` embedding rows.
 
 A draft whose ``q`` is a point mass (a first draft under ``init="repeat"`` or ``"uniform-onehot"``,
 or a forced token) takes the exact test unless ``group_onehot=True``: against ``q(C) = 1`` the group
@@ -35,6 +37,9 @@ from __future__ import annotations
 import torch
 
 from .sampling import Generators, MRSResult, mrs
+
+NEAR_TABLE_MAX_CODES = 8192
+"""Largest codebook whose ``(V, V)`` "within ``embed_dist``" table is precomputed (64 MiB at 8192)."""
 
 
 def distance_quantile(vectors: torch.Tensor, quantile: float, max_rows: int = 2048) -> float:
@@ -81,6 +86,20 @@ class GroupAcceptance:
         self.group_size, self.delta_p, self.embed_dist = int(group_size), float(delta_p), float(embed_dist)
         self.embeddings = None if embeddings is None else embeddings.detach().float()
         self.group_onehot = bool(group_onehot)
+        self._near: torch.Tensor | None = None  # (V, V) bool, ||e_y - e_x||^2 < embed_dist, built on first use
+
+    def _near_table(self, device: torch.device) -> torch.Tensor | None:
+        """The precomputed distance filter on ``device``, or None where the codebook is too large for it."""
+        emb = self.embeddings
+        if emb is None or emb.shape[0] > NEAR_TABLE_MAX_CODES:
+            return None
+        if self._near is None or self._near.device != device:
+            emb = emb.to(device)
+            rows = max(1, (1 << 24) // max(1, emb.numel()))  # keep each chunk's (rows, V, D) block near 64 MiB
+            # the same expression as the gathered path below, so both give the same flags bit for bit
+            self._near = torch.cat([(emb - emb[i:i + rows].unsqueeze(-2)).square().sum(-1) < self.embed_dist
+                                    for i in range(0, emb.shape[0], rows)])
+        return self._near
 
     def cluster(self, p: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Members of each draft's cluster.
@@ -110,7 +129,10 @@ class GroupAcceptance:
         tokens = torch.where(inside, vocab - 1 - keys.remainder(vocab), draft.unsqueeze(-1))
         px = p.gather(-1, draft.unsqueeze(-1))
         keep = inside & ((p.gather(-1, tokens) - px).abs() < self.delta_p)
-        if self.embeddings is not None:
+        near = self._near_table(p.device)
+        if near is not None:
+            keep &= near[draft.unsqueeze(-1), tokens]
+        elif self.embeddings is not None:
             emb = self.embeddings.to(p.device)
             dist = (emb[tokens] - emb[draft].unsqueeze(-2)).square().sum(-1)
             keep &= dist < self.embed_dist

@@ -45,14 +45,19 @@ def brute_cluster(p_row, x, group_size, delta_p, emb=None, dist=0.5):
     return members
 
 
+@pytest.mark.parametrize("table", [True, False], ids=["near-table", "gathered"])
 @pytest.mark.parametrize("group_size, delta_p, with_emb", [(5, 0.05, False), (6, 1.0, True), (12, 0.2, True)])
-def test_cluster_matches_a_loop_reference(group_size, delta_p, with_emb):
+def test_cluster_matches_a_loop_reference(group_size, delta_p, with_emb, table, monkeypatch):
+    """Both distance-filter paths (precomputed (V, V) table; per-draft embedding gather) match a loop."""
+    if not table:
+        monkeypatch.setattr("diffspec.ar_image.group.NEAR_TABLE_MAX_CODES", 0)
     p, q, draft = random_pq(seed=group_size)
     p[0, 0, :4] = p[0, 0, :4].mean()  # ties: the stable order decides
     p = p / p.sum(-1, keepdim=True)
     emb = torch.randn(12, 4, generator=gen(7)) * 0.4 if with_emb else None
     rule = GroupAcceptance(group_size, delta_p, 0.5, emb)
     tokens, keep = rule.cluster(p, draft)
+    assert (rule._near is not None) == (table and with_emb)
     for b in range(p.shape[0]):
         for j in range(p.shape[1]):
             got = set(tokens[b, j][keep[b, j]].tolist())
