@@ -60,12 +60,13 @@ class PipelineWorkload(Workload):
         return arm
 
     def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
-        from ..models import class_accuracy, reference_fid
+        from ..models import class_accuracy, paired_accuracy, reference_fid
 
         labels = torch.tensor(self.labels_for(seeds))
         return {"psnr": psnr(images, reference, data_range=1.0), "ssim": ssim(images, reference),
                 "lpips": None, "fid": round(reference_fid(images * 2 - 1), 3),
-                "accuracy": round(class_accuracy(images * 2 - 1, labels), 4)}
+                "accuracy": round(class_accuracy(images * 2 - 1, labels), 4),
+                **paired_accuracy(images * 2 - 1, reference * 2 - 1, labels)}
 
     def describe(self) -> dict[str, Any]:
         vae_scale = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)  # DiTPipeline has no vae_scale_factor

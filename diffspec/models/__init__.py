@@ -19,6 +19,7 @@ from .classifier import (
     classifier_features,
     frechet_distance,
     load_reference_classifier,
+    paired_accuracy,
     reference_fid,
 )
 from .dit import load_pipeline, quiet_diffusers, save_dit_pipeline, write_id2label
@@ -107,6 +108,7 @@ __all__ = [
     "load_ar_target",
     "load_pipeline",
     "load_tiny_vlm",
+    "paired_accuracy",
     "quiet_diffusers",
     "load_reference_classifier",
     "reference_fid",

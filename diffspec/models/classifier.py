@@ -135,8 +135,40 @@ def reference_fid(images: torch.Tensor, classifier: str = "shapes") -> float:
 
 
 @torch.no_grad()
+def class_predictions(images: torch.Tensor, classifier: str = "shapes") -> torch.Tensor:
+    """Class the shipped ``classifier`` assigns to each [-1, 1] image, ``(n,)`` int64 on CPU."""
+    model = load_reference_classifier("cpu", classifier)
+    return model.out(classifier_features(images, classifier=classifier).float()).argmax(1)
+
+
 def class_accuracy(images: torch.Tensor, labels: torch.Tensor, classifier: str = "shapes") -> float:
     """Share of [-1, 1] images the shipped ``classifier`` assigns to ``labels``."""
-    model = load_reference_classifier("cpu", classifier)
-    logits = model.out(classifier_features(images, classifier=classifier).float())
-    return float((logits.argmax(1) == labels.cpu()).float().mean())
+    return float((class_predictions(images, classifier) == labels.cpu()).float().mean())
+
+
+def paired_accuracy(images: torch.Tensor, reference: torch.Tensor, labels: torch.Tensor,
+                    classifier: str = "shapes") -> dict[str, float]:
+    """Accuracy change of ``images`` against same-seed ``reference`` images, with its paired standard error.
+
+    Each seed gives one difference ``correct(image) - correct(reference)`` in {-1, 0, 1}; when an
+    arm stays close to the full run most differences are 0, so the paired standard error of the
+    mean is far below that of two independent accuracies (what "within 1 point" needs).
+
+    Returns:
+        ``accuracy_delta`` (mean difference), ``accuracy_delta_se`` (its standard error) and
+        ``class_agreement`` (share of seeds where both images get the same class).
+
+    Example:
+        >>> x = torch.rand(4, 3, 32, 32) * 2 - 1
+        >>> paired_accuracy(x, x, torch.zeros(4, dtype=torch.long))["class_agreement"]  # doctest: +SKIP
+        1.0
+    """
+    if images.shape != reference.shape or len(images) != len(labels):
+        raise ValueError(f"paired_accuracy: images {tuple(images.shape)}, reference {tuple(reference.shape)} and "
+                         f"{len(labels)} labels must pair up")
+    pred, ref = class_predictions(images, classifier), class_predictions(reference, classifier)
+    labels = labels.cpu()
+    diff = (pred == labels).double() - (ref == labels).double()
+    se = float(diff.std() / len(diff) ** 0.5) if len(diff) > 1 else float("nan")
+    return {"accuracy_delta": round(float(diff.mean()), 4), "accuracy_delta_se": round(se, 4),
+            "class_agreement": round(float((pred == ref).double().mean()), 4)}

@@ -64,6 +64,9 @@ def test_shipped_pipeline_suite_reports_fid_and_accuracy():
     for r in doc["runs"]:
         q = r["quality"]
         assert q["fid"] is not None and 0 <= q["accuracy"] <= 1 and q["ssim"] is not None
+        assert q["accuracy_delta_se"] >= 0 and 0 <= q["class_agreement"] <= 1
+    base = next(r for r in doc["runs"] if r["method"] == "baseline")["quality"]
+    assert base["accuracy_delta"] == 0 and base["class_agreement"] == 1  # paired with itself
     assert doc["runs"][0]["target_calls"] == 10
 
 

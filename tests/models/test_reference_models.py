@@ -8,6 +8,7 @@ from diffspec.models import (
     class_accuracy,
     frechet_distance,
     load_reference_classifier,
+    paired_accuracy,
     reference_fid,
     resolve_model_path,
 )
@@ -35,6 +36,20 @@ def test_classifier_accuracy_on_fresh_images():
     images, labels = render_shapes(256, seed=424242)
     assert class_accuracy(images, labels) > 0.9
     assert load_reference_classifier().features(images[:4]).shape == (4, 128)
+
+
+def test_paired_accuracy_against_a_direct_count():
+    """The paired change equals the difference of the two accuracies; its error comes from the discordant seeds."""
+    images, labels = render_shapes(64, seed=7)
+    noisy = images.clone()
+    noisy[:16] = torch.rand_like(noisy[:16]) * 2 - 1  # a quarter of the seeds ruined
+    got = paired_accuracy(noisy, images, labels)
+    assert got["accuracy_delta"] == pytest.approx(class_accuracy(noisy, labels) - class_accuracy(images, labels), abs=1e-4)
+    assert got["accuracy_delta"] < 0 < got["accuracy_delta_se"]
+    same = paired_accuracy(images, images, labels)
+    assert same == {"accuracy_delta": 0.0, "accuracy_delta_se": 0.0, "class_agreement": 1.0}
+    with pytest.raises(ValueError, match="pair up"):
+        paired_accuracy(images[:8], images[:9], labels[:8])
 
 
 def test_frechet_distance_properties():
