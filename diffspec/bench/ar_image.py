@@ -53,6 +53,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-G50-emb05": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05},
     "gsd-G100-emb10": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1},
     "gsd-G100-emb05-dp0.3": {"method": "gsd", "group_size": 100, "embed_quantile": 0.05, "delta_p": 0.3},
+    "gsd-G100-emb03-dp0.5": {"method": "gsd", "group_size": 100, "embed_quantile": 0.03, "delta_p": 0.5},
     "lantern": {"method": "lantern"},
     "lantern++-chain": {"method": "lantern++", "tree": ()},
     "lantern++": {"method": "lantern++"},

@@ -48,6 +48,7 @@ class ARImagePipeline(SpeculativePipeline):
         super().__init__(pipe, config)
         self._progress_bar_config: dict[str, Any] = {}
         self._quantiles: dict[tuple[str, float], float] = {}  # gsd embed_quantile -> distance, per source
+        self._rules: dict[tuple[Any, ...], GroupAcceptance] = {}  # gsd rules (and their distance tables) by settings
         self.enable()
 
     def set_progress_bar_config(self, **kwargs: Any) -> None:
@@ -106,7 +107,11 @@ class ARImagePipeline(SpeculativePipeline):
             if key not in self._quantiles:
                 self._quantiles[key] = distance_quantile(vectors, config.embed_quantile)
             dist = self._quantiles[key]
-        return GroupAcceptance(config.group_size, config.delta_p, dist, vectors, group_onehot=config.group_onehot)
+        key = (config.embed_source, dist, config.group_size, config.delta_p, config.group_onehot)
+        if key not in self._rules:  # kept across calls: its distance table is built once
+            self._rules[key] = GroupAcceptance(config.group_size, config.delta_p, dist, vectors,
+                                               group_onehot=config.group_onehot)
+        return self._rules[key]
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:
         """The plain AR loop (one target call per token) that ``sjd``/``mc-sjd`` are exact against."""

@@ -185,6 +185,7 @@ def test_embed_quantile_sets_the_filter_from_the_chosen_vectors(tiny_ar, source)
     vectors = tiny_ar.codebook if source == "codebook" else tiny_ar.token_embeddings()
     assert torch.equal(rule.embeddings, vectors.float())
     assert rule.embed_dist == distance_quantile(vectors, 0.05) != GSDConfig().embed_dist
+    assert spec._acceptance(spec.config) is rule  # kept across calls: the distance table is built once
     labels = list(range(6))
     _, tight = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, embed_source=source, embed_quantile=0.001)
     _, wide = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, embed_source=source, embed_quantile=1.0)
