@@ -192,6 +192,9 @@ class GSDConfig(ARSamplingConfig):
             squared distances between the source's vectors (e.g. 0.05: the nearest 5% of pairs).
         group_onehot: group-test one-hot drafts too (the paper's rule: against ``q(C) = 1`` the
             draft is accepted with ``p(C)``).
+        max_tv: when set, in ``[0, 1]``, a hard per-token budget: the group acceptance is clamped to
+            within ``max_tv`` of the exact test's, so each token's law is at most ``max_tv`` from
+            the target's in total variation (0 = ``mc-sjd``). None (default): the paper's rule.
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
@@ -211,6 +214,7 @@ class GSDConfig(ARSamplingConfig):
     embed_source: str = "embeddings"
     embed_quantile: float | None = None
     group_onehot: bool = False
+    max_tv: float | None = None
     coupling: str = "maximal"
     init: str = "repeat"
 
@@ -225,5 +229,7 @@ class GSDConfig(ARSamplingConfig):
             check_float("embed_quantile", self.embed_quantile, 0.0, 1.0, lo_open=True)
         if not isinstance(self.group_onehot, bool):
             raise ValueError(f"group_onehot={self.group_onehot!r} must be True or False")
+        if self.max_tv is not None:
+            check_float("max_tv", self.max_tv, 0.0, 1.0)
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)

@@ -20,8 +20,11 @@ test accepts the draft with ``p(C)``, i.e. wherever any token like it is likely,
 image towards its first drafts (``init="repeat"``: towards copies of the left token).
 
 On rejection the residual is the plain ``(p - q)_+``, as in the paper: the output law is no longer
-``p``. The rule reports the per-position relaxation ``|min(1, p(C)/q(C)) - min(1, p(x)/q(x))|``,
-whose mean over drafts bounds the per-token TV spent (``stats.extra["relaxed_tv"]``).
+``p``. The rule reports the per-position relaxation ``|a(x) - min(1, p(x)/q(x))|``, whose mean over
+drafts bounds the per-token TV spent (``stats.extra["relaxed_tv"]``). ``max_tv`` (not in the paper)
+clamps the group acceptance ``a(x)`` to within ``max_tv`` of the exact one, so each token's law
+moves at most ``max_tv`` from ``p`` in total variation, whatever the group (``max_tv=0`` is the
+exact test; ``None``, the default, is the paper's rule).
 
 Example:
     >>> rule = GroupAcceptance(group_size=3, delta_p=1.0)
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import Generators, MRSResult, mrs
+from .sampling import Generators, MRSResult, acceptance_prob, mrs
 
 NEAR_TABLE_MAX_CODES = 8192
 """Largest codebook whose ``(V, V)`` "within ``embed_dist``" table is precomputed (64 MiB at 8192)."""
@@ -70,22 +73,29 @@ class GroupAcceptance:
         embeddings: ``(codebook_size, dim)`` token embeddings, or None (rank and probability filters only).
         group_onehot: also group-test drafts whose ``q`` is one-hot (the paper's rule); False tests
             them exactly.
+        max_tv: when set, the group acceptance is clamped to ``[a_exact - max_tv, a_exact + max_tv]``
+            (a hard per-token TV budget); None: unclamped, the paper's rule.
 
     Raises:
-        ValueError: ``group_size < 1``, negative thresholds, or embeddings of the wrong shape (named).
+        ValueError: ``group_size < 1``, negative thresholds, ``max_tv`` outside ``[0, 1]``, or
+            embeddings of the wrong shape (named).
     """
 
     def __init__(self, group_size: int, delta_p: float, embed_dist: float = 0.5,
-                 embeddings: torch.Tensor | None = None, group_onehot: bool = False) -> None:
+                 embeddings: torch.Tensor | None = None, group_onehot: bool = False,
+                 max_tv: float | None = None) -> None:
         if group_size < 1:
             raise ValueError(f"group_size={group_size!r} is out of range: allowed [1, inf)")
         if delta_p < 0 or embed_dist < 0:
             raise ValueError(f"delta_p={delta_p!r} and embed_dist={embed_dist!r} must be >= 0")
+        if max_tv is not None and not 0 <= max_tv <= 1:
+            raise ValueError(f"max_tv={max_tv!r} is out of range: allowed [0, 1] or None")
         if embeddings is not None and embeddings.dim() != 2:
             raise ValueError(f"embeddings must be (codebook_size, dim); got shape {tuple(embeddings.shape)}")
         self.group_size, self.delta_p, self.embed_dist = int(group_size), float(delta_p), float(embed_dist)
         self.embeddings = None if embeddings is None else embeddings.detach().float()
         self.group_onehot = bool(group_onehot)
+        self.max_tv = None if max_tv is None else float(max_tv)
         self._near: torch.Tensor | None = None  # (V, V) bool, ||e_y - e_x||^2 < embed_dist, built on first use
 
     def _near_table(self, device: torch.device) -> torch.Tensor | None:
@@ -146,4 +156,9 @@ class GroupAcceptance:
             keep &= (q.amax(-1) < 1).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))
         w = keep.to(p.dtype)
         masses = ((p.gather(-1, tokens) * w).sum(-1), (q.gather(-1, tokens) * w).sum(-1))
+        if self.max_tv is not None:  # the test "u < a" with a within max_tv of the exact acceptance
+            idx = draft.unsqueeze(-1)
+            exact = acceptance_prob(p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1))
+            a = torch.minimum(torch.maximum(acceptance_prob(*masses), exact - self.max_tv), exact + self.max_tv)
+            masses = (a, torch.ones_like(a))
         return mrs(p, q, draft, generator, accept_mass=masses)

@@ -107,10 +107,10 @@ class ARImagePipeline(SpeculativePipeline):
             if key not in self._quantiles:
                 self._quantiles[key] = distance_quantile(vectors, config.embed_quantile)
             dist = self._quantiles[key]
-        key = (config.embed_source, dist, config.group_size, config.delta_p, config.group_onehot)
+        key = (config.embed_source, dist, config.group_size, config.delta_p, config.group_onehot, config.max_tv)
         if key not in self._rules:  # kept across calls: its distance table is built once
             self._rules[key] = GroupAcceptance(config.group_size, config.delta_p, dist, vectors,
-                                               group_onehot=config.group_onehot)
+                                               group_onehot=config.group_onehot, max_tv=config.max_tv)
         return self._rules[key]
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:

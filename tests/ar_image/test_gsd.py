@@ -108,6 +108,32 @@ def test_group_test_law_and_reported_tv():
     assert relaxed.accepted.float().mean() > exact.accepted.float().mean() + 0.05
 
 
+@pytest.mark.parametrize("max_tv", [0.0, 0.05, 0.15])
+def test_max_tv_caps_the_relaxation_and_the_law(max_tv):
+    """max_tv clamps each draft's acceptance to within max_tv of the exact test: the reported relaxation
+    never exceeds it, the output law stays within it of p (Monte Carlo over 2e5 drafts), max_tv=0 accepts
+    as the exact test does, and a cap above the paper rule's relaxation changes nothing."""
+    vocab, m = 6, 200_000
+    p = torch.tensor([0.30, 0.25, 0.20, 0.12, 0.08, 0.05])
+    q = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.25, 0.25])
+    draft = torch.multinomial(q, m, replacement=True, generator=gen(1))
+    pp, qq = p.expand(m, vocab), q.expand(m, vocab)
+    free = GroupAcceptance(4, 1.0)(pp, qq, draft, gen(2))
+    capped = GroupAcceptance(4, 1.0, max_tv=max_tv)(pp, qq, draft, gen(2))
+    assert float(capped.relaxation.max()) <= max_tv + 1e-6
+    assert float(free.relaxation.max()) > 0.15  # the cap binds in every case here
+    tv = 0.5 * float((torch.bincount(capped.tokens, minlength=vocab) / m - p).abs().sum())
+    assert tv <= max_tv + 0.01  # 0.01 ~ sqrt(V / m)
+    exact = mrs(pp, qq, draft, gen(2))
+    gain = float(capped.accepted.float().mean() - exact.accepted.float().mean())
+    if max_tv == 0:
+        assert abs(gain) < 1e-3 and float(capped.relaxation.max()) == 0.0
+    else:
+        assert 0 < gain <= max_tv + 0.01
+    unbound = GroupAcceptance(4, 1.0, max_tv=1.0)(pp, qq, draft, gen(2))
+    assert float((unbound.tokens == free.tokens).float().mean()) > 0.9999  # "u < a" vs "u q(C) < p(C)": rounding
+
+
 def run_toy(target, labels, seed=0, acceptance=None, coupling="maximal", window=16, stats=None):
     session = target.start(class_labels=labels, guidance_scale=1.0)
     return jacobi_sample(session, target.num_tokens, window, coupling, "uniform", FREE, gen(seed), stats,
@@ -168,6 +194,14 @@ def test_gsd_accepts_more_than_mc_sjd_on_tiny_ar(tiny_ar):
     assert 0 < relaxed.extra["relaxed_tv"] < 0.5
 
 
+def test_max_tv_bounds_the_budget_on_tiny_ar(tiny_ar):
+    """On a real target the capped rule spends at most max_tv per draft, and less than the free rule."""
+    labels = list(range(10))
+    _, free = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, delta_p=1.0)
+    _, capped = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, delta_p=1.0, max_tv=0.05)
+    assert 0 < capped.extra["relaxed_tv"] <= 0.05 < free.extra["relaxed_tv"]
+
+
 def test_distance_quantile_matches_a_loop_and_samples_large_sets():
     v = torch.randn(30, 4, generator=gen(5))
     pairs = [float(((v[i] - v[j]) ** 2).sum()) for i in range(30) for j in range(30) if i != j]
@@ -221,7 +255,7 @@ def test_config_validation_and_registry():
     assert GSDConfig().group_size == 25 and not GSDConfig.exact
     for field, value in [("group_size", 0), ("delta_p", 1.5), ("embed_dist", -1.0), ("coupling", "none"),
                          ("window", 0), ("init", "zeros"), ("group_onehot", 1), ("embed_source", "vq"),
-                         ("embed_quantile", 0.0), ("embed_quantile", 1.5)]:
+                         ("embed_quantile", 0.0), ("embed_quantile", 1.5), ("max_tv", -0.1), ("max_tv", 1.5)]:
         with pytest.raises(ValueError, match=field):
             GSDConfig(**{field: value})
     info = {m.name: m for m in methods("ar_image", available_only=True)}["gsd"]
