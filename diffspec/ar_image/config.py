@@ -195,6 +195,17 @@ class GSDConfig(ARSamplingConfig):
         max_tv: when set, in ``[0, 1]``, a hard per-token budget: the group acceptance is clamped to
             within ``max_tv`` of the exact test's, so each token's law is at most ``max_tv`` from
             the target's in total variation (0 = ``mc-sjd``). None (default): the paper's rule.
+        min_run: when set, ``>= 0``: a draft only the group test accepts is kept only where the exact
+            test accepts the next ``min_run`` drafts of the window, so the relaxation is spent where it
+            buys a run of tokens (0: wherever the group test accepts; drafts the exact test accepts are
+            always kept). None (default): the paper's rule.
+        clusters: when set, in ``[1, codebook_size]``, replaces the group test by
+            :class:`~diffspec.ar_image.cluster.ClusterAcceptance`: a fixed k-means partition of the
+            ``embed_source`` vectors into ``clusters`` groups, tested and resampled at the cluster
+            level, so each token's cluster, given the tokens before it, follows the target's law
+            exactly and only the choice inside a cluster is relaxed (``group_size``, ``delta_p``, the distance filter and
+            ``group_onehot`` are then unused; every draft takes the cluster test). None (default):
+            the paper's rule.
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
@@ -215,6 +226,8 @@ class GSDConfig(ARSamplingConfig):
     embed_quantile: float | None = None
     group_onehot: bool = False
     max_tv: float | None = None
+    min_run: int | None = None
+    clusters: int | None = None
     coupling: str = "maximal"
     init: str = "repeat"
 
@@ -231,5 +244,12 @@ class GSDConfig(ARSamplingConfig):
             raise ValueError(f"group_onehot={self.group_onehot!r} must be True or False")
         if self.max_tv is not None:
             check_float("max_tv", self.max_tv, 0.0, 1.0)
+        if self.min_run is not None:
+            check_int("min_run", self.min_run, 0, 4096)
+        if self.clusters is not None:
+            check_int("clusters", self.clusters, 1)
+            if self.max_tv is not None or self.min_run is not None:
+                raise ValueError(f"clusters={self.clusters!r} replaces the group test; max_tv and min_run "
+                                 "apply to the group test only: leave them None")
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)

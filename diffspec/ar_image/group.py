@@ -26,6 +26,15 @@ clamps the group acceptance ``a(x)`` to within ``max_tv`` of the exact one, so e
 moves at most ``max_tv`` from ``p`` in total variation, whatever the group (``max_tv=0`` is the
 exact test; ``None``, the default, is the paper's rule).
 
+``min_run`` (not in the paper) spends the relaxation only where it pays. The last axis of the
+drafts is the Jacobi window, in order, and every draft after ``x`` was drafted given ``x``. A draft
+the exact test rejects but the group test accepts is kept only if the exact test accepts the next
+``min_run`` drafts of its window (or all of them, up to the window's end); otherwise it is
+rejected as the exact test would be. A group acceptance that would only buy a token or two
+before the next rejection is not taken. Drafts the exact test accepts are always kept. With
+``min_run`` set, ``relaxation`` is ``(a(x) - a_exact(x))_+`` where the group acceptance was
+allowed, 0 elsewhere.
+
 Example:
     >>> rule = GroupAcceptance(group_size=3, delta_p=1.0)
     >>> p = torch.tensor([[0.5, 0.3, 0.2]])
@@ -39,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import Generators, MRSResult, acceptance_prob, mrs
+from .sampling import Generators, MRSResult, acceptance_prob, mrs, uniform
 
 NEAR_TABLE_MAX_CODES = 8192
 """Largest codebook whose ``(V, V)`` "within ``embed_dist``" table is precomputed (64 MiB at 8192)."""
@@ -75,27 +84,32 @@ class GroupAcceptance:
             them exactly.
         max_tv: when set, the group acceptance is clamped to ``[a_exact - max_tv, a_exact + max_tv]``
             (a hard per-token TV budget); None: unclamped, the paper's rule.
+        min_run: when set, a group-only acceptance is kept only where the exact test accepts the
+            next ``min_run`` drafts of the window (see the module docstring); None: the paper's rule.
 
     Raises:
-        ValueError: ``group_size < 1``, negative thresholds, ``max_tv`` outside ``[0, 1]``, or
-            embeddings of the wrong shape (named).
+        ValueError: ``group_size < 1``, negative thresholds, ``max_tv`` outside ``[0, 1]``,
+            ``min_run < 0``, or embeddings of the wrong shape (named).
     """
 
     def __init__(self, group_size: int, delta_p: float, embed_dist: float = 0.5,
                  embeddings: torch.Tensor | None = None, group_onehot: bool = False,
-                 max_tv: float | None = None) -> None:
+                 max_tv: float | None = None, min_run: int | None = None) -> None:
         if group_size < 1:
             raise ValueError(f"group_size={group_size!r} is out of range: allowed [1, inf)")
         if delta_p < 0 or embed_dist < 0:
             raise ValueError(f"delta_p={delta_p!r} and embed_dist={embed_dist!r} must be >= 0")
         if max_tv is not None and not 0 <= max_tv <= 1:
             raise ValueError(f"max_tv={max_tv!r} is out of range: allowed [0, 1] or None")
+        if min_run is not None and min_run < 0:
+            raise ValueError(f"min_run={min_run!r} is out of range: allowed [0, inf) or None")
         if embeddings is not None and embeddings.dim() != 2:
             raise ValueError(f"embeddings must be (codebook_size, dim); got shape {tuple(embeddings.shape)}")
         self.group_size, self.delta_p, self.embed_dist = int(group_size), float(delta_p), float(embed_dist)
         self.embeddings = None if embeddings is None else embeddings.detach().float()
         self.group_onehot = bool(group_onehot)
         self.max_tv = None if max_tv is None else float(max_tv)
+        self.min_run = None if min_run is None else int(min_run)
         self._near: torch.Tensor | None = None  # (V, V) bool, ||e_y - e_x||^2 < embed_dist, built on first use
 
     def _near_table(self, device: torch.device) -> torch.Tensor | None:
@@ -156,9 +170,28 @@ class GroupAcceptance:
             keep &= (q.amax(-1) < 1).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))
         w = keep.to(p.dtype)
         masses = ((p.gather(-1, tokens) * w).sum(-1), (q.gather(-1, tokens) * w).sum(-1))
+        idx = draft.unsqueeze(-1)
+        px, qx = p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1)
         if self.max_tv is not None:  # the test "u < a" with a within max_tv of the exact acceptance
-            idx = draft.unsqueeze(-1)
-            exact = acceptance_prob(p.gather(-1, idx).squeeze(-1), q.gather(-1, idx).squeeze(-1))
+            exact = acceptance_prob(px, qx)
             a = torch.minimum(torch.maximum(acceptance_prob(*masses), exact - self.max_tv), exact + self.max_tv)
             masses = (a, torch.ones_like(a))
-        return mrs(p, q, draft, generator, accept_mass=masses)
+        if self.min_run is None:
+            return mrs(p, q, draft, generator, accept_mass=masses)
+        return self._paying(p, q, draft, px, qx, masses, generator)
+
+    def _paying(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, px: torch.Tensor, qx: torch.Tensor,
+                masses: tuple[torch.Tensor, torch.Tensor], generator: Generators) -> MRSResult:
+        """``min_run``: the exact decision, or the group's where the next ``min_run`` drafts pass exactly."""
+        u = uniform((*draft.shape, 2), generator, p.device)
+        exact = u[..., 0] * qx < px  # the test of mrs, on the same uniform
+        group = u[..., 0] * masses[1] < masses[0]
+        rejects = (~exact).long().cumsum(-1)
+        length = draft.shape[-1]
+        ahead = (torch.arange(length, device=p.device) + self.min_run).clamp(max=length - 1)
+        paying = rejects.gather(-1, ahead.expand_as(rejects)) == rejects  # no exact rejection in (j, j + min_run]
+        keep = exact | (group & paying)
+        ones = torch.ones_like(px)
+        res = mrs(p, q, draft, generator, accept_mass=(keep.to(px.dtype), ones), uniforms=u)
+        gain = (acceptance_prob(*masses) - acceptance_prob(px, qx)).clamp_min(0)
+        return MRSResult(res.accepted, res.tokens, gain * paying.to(gain.dtype))

@@ -123,7 +123,7 @@ class MRSResult:
 
 
 def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators,
-        accept_mass: tuple[torch.Tensor, torch.Tensor] | None = None) -> MRSResult:
+        accept_mass: tuple[torch.Tensor, torch.Tensor] | None = None, uniforms: torch.Tensor | None = None) -> MRSResult:
     """Modified rejection sampling of ``draft`` (drawn from ``q``) against ``p``, at every position.
 
     Args:
@@ -135,6 +135,8 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
             ``q(x)`` in the test (accept with ``min(1, p_mass/q_mass)``); the residual stays
             ``(p - q)_+`` and the same uniforms are used, so masses equal to ``(p(x), q(x))``
             give bit-identical results.
+        uniforms: ``(..., 2)`` the test's and the residual's uniforms, when the caller drew them
+            already (a rule that decides from them first); None: drawn here from ``generator``.
 
     Returns:
         :class:`MRSResult`; ``tokens`` is distributed as ``p`` whatever ``q`` is, and equals the
@@ -146,7 +148,7 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
         >>> mrs(p, q, torch.tensor([0]), torch.Generator().manual_seed(1)).tokens.shape
         torch.Size([1])
     """
-    u = uniform((*draft.shape, 2), generator, p.device)
+    u = uniform((*draft.shape, 2), generator, p.device) if uniforms is None else uniforms
     relaxation = None
     if accept_mass is not None:
         idx = draft.unsqueeze(-1)

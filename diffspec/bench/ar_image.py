@@ -9,7 +9,9 @@ left-token repeat), ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the wi
 window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop; ``-cb05`` /
 ``-cb15``: distance filter on the VQ codebook at the nearest 5% / 15% of code pairs, ``-emb05`` /
 ``-emb10``: on the input embeddings at 5% / 10%; ``-dp0.3`` / ``-dp0.4``: probability-gap filter 0.3 / 0.4; ``-tv0.2``:
-``max_tv=0.2``, the acceptance clamped to within 0.2 of the exact test's)
+``max_tv=0.2``, the acceptance clamped to within 0.2 of the exact test's; ``-run0`` / ``-run1``: ``min_run=0`` / ``1``,
+a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
+``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
@@ -55,6 +57,13 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-G100-emb10": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1},
     "gsd-G100-emb05-dp0.3": {"method": "gsd", "group_size": 100, "embed_quantile": 0.05, "delta_p": 0.3},
     "gsd-G100-emb03-dp0.5": {"method": "gsd", "group_size": 100, "embed_quantile": 0.03, "delta_p": 0.5},
+    "gsd-G100-emb03-dp0.5-run0": {"method": "gsd", "group_size": 100, "embed_quantile": 0.03, "delta_p": 0.5,
+                                  "min_run": 0},
+    "gsd-G100-emb03-dp0.5-run1": {"method": "gsd", "group_size": 100, "embed_quantile": 0.03, "delta_p": 0.5,
+                                  "min_run": 1},
+    "gsd-cb-k32": {"method": "gsd", "clusters": 32, "embed_source": "codebook"},
+    "gsd-cb-k24": {"method": "gsd", "clusters": 24, "embed_source": "codebook"},
+    "gsd-cb-k40": {"method": "gsd", "clusters": 40, "embed_source": "codebook"},
     "gsd-G50-emb05-dp0.4": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05, "delta_p": 0.4},
     "gsd-G100-emb10-dp1-tv0.2": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1, "delta_p": 1.0,
                                  "max_tv": 0.2},

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..api import SpeculativePipeline
+from ..ar_image.cluster import ClusterAcceptance
 from ..ar_image.config import GSDConfig, MCSJDConfig, SJDConfig, SJDPACConfig
 from ..ar_image.group import GroupAcceptance, distance_quantile
 from ..ar_image.jacobi import jacobi_sample
@@ -90,8 +91,8 @@ class ARImagePipeline(SpeculativePipeline):
         return jacobi_sample(session, self.pipe.num_tokens, config.window, config.coupling, config.init,
                              config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config))
 
-    def _acceptance(self, config: MethodConfig) -> GroupAcceptance | None:
-        """The verification rule of ``config``: None (exact MRS) or ``gsd``'s group test."""
+    def _acceptance(self, config: MethodConfig) -> GroupAcceptance | ClusterAcceptance | None:
+        """The verification rule of ``config``: None (exact MRS), ``gsd``'s group or cluster test."""
         if not isinstance(config, GSDConfig):
             return None
         if config.embed_source == "codebook":
@@ -101,16 +102,26 @@ class ARImagePipeline(SpeculativePipeline):
                                  "(target.codebook); use embed_source='embeddings'")
         else:
             vectors = self.pipe.token_embeddings()
+        if config.clusters is not None:
+            key = (config.embed_source, "clusters", config.clusters)
+            if vectors is None:
+                raise ValueError(f"clusters={config.clusters}: {type(self.pipe).__name__} exposes no token vectors "
+                                 f"(embed_source={config.embed_source!r}) to cluster")
+            if key not in self._rules:  # the k-means partition is fitted once
+                self._rules[key] = ClusterAcceptance.fit(vectors, config.clusters)
+            return self._rules[key]
         dist = config.embed_dist
         if config.embed_quantile is not None and vectors is not None:
             key = (config.embed_source, config.embed_quantile)
             if key not in self._quantiles:
                 self._quantiles[key] = distance_quantile(vectors, config.embed_quantile)
             dist = self._quantiles[key]
-        key = (config.embed_source, dist, config.group_size, config.delta_p, config.group_onehot, config.max_tv)
+        key = (config.embed_source, dist, config.group_size, config.delta_p, config.group_onehot, config.max_tv,
+               config.min_run)
         if key not in self._rules:  # kept across calls: its distance table is built once
             self._rules[key] = GroupAcceptance(config.group_size, config.delta_p, dist, vectors,
-                                               group_onehot=config.group_onehot, max_tv=config.max_tv)
+                                               group_onehot=config.group_onehot, max_tv=config.max_tv,
+                                               min_run=config.min_run)
         return self._rules[key]
 
     def plain(self, *args: Any, **kwargs: Any) -> Any:

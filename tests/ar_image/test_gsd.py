@@ -10,7 +10,7 @@ from diffspec import SpeculativePipeline, methods
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import mrs
+from diffspec.ar_image.sampling import mrs, uniform
 from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
@@ -134,6 +134,34 @@ def test_max_tv_caps_the_relaxation_and_the_law(max_tv):
     assert float((unbound.tokens == free.tokens).float().mean()) > 0.9999  # "u < a" vs "u q(C) < p(C)": rounding
 
 
+@pytest.mark.parametrize("min_run", [0, 1, 3, 20])
+def test_min_run_keeps_a_group_acceptance_only_before_an_exact_run(min_run):
+    """min_run against a loop over window positions on the same uniforms: the exact decision, plus a
+    group-only acceptance where the exact test accepts the next min_run drafts (to the window's end);
+    every other position is the exact rule's outcome, token for token."""
+    p, q, draft = random_pq(shape=(40, 9), vocab=6, seed=3)
+    rule = GroupAcceptance(4, 1.0, min_run=min_run)
+    res = rule(p, q, draft, gen(5))
+    exact = mrs(p, q, draft, gen(5))
+    u = uniform((*draft.shape, 2), gen(5))[..., 0]
+    tokens, keep = rule.cluster(p, draft)
+    pc, qc = ((t.gather(-1, tokens) * keep).sum(-1) for t in (p, q))
+    px, qx = p.gather(-1, draft[..., None])[..., 0], q.gather(-1, draft[..., None])[..., 0]
+    ex, grp = u * qx < px, u * qc < pc
+    length = draft.shape[1]
+    want = torch.zeros_like(ex)
+    for b in range(draft.shape[0]):
+        for j in range(length):
+            paying = bool(ex[b, j + 1:min(j + min_run, length - 1) + 1].all())
+            want[b, j] = bool(ex[b, j]) or (bool(grp[b, j]) and paying)
+    assert torch.equal(res.accepted, want) and torch.equal(exact.accepted, ex)
+    assert torch.equal(res.tokens, torch.where(want, draft, exact.tokens))
+    taken = (want & ~ex).sum()
+    assert taken > 0 and (res.relaxation > 0).sum() >= taken
+    if min_run == 0:
+        assert torch.equal(want, ex | grp)
+
+
 def run_toy(target, labels, seed=0, acceptance=None, coupling="maximal", window=16, stats=None):
     session = target.start(class_labels=labels, guidance_scale=1.0)
     return jacobi_sample(session, target.num_tokens, window, coupling, "uniform", FREE, gen(seed), stats,
@@ -202,6 +230,15 @@ def test_max_tv_bounds_the_budget_on_tiny_ar(tiny_ar):
     assert 0 < capped.extra["relaxed_tv"] <= 0.05 < free.extra["relaxed_tv"]
 
 
+def test_min_run_spends_less_budget_and_keeps_part_of_the_gain_on_tiny_ar(tiny_ar):
+    labels = list(range(10))
+    _, exact = spec_tokens(tiny_ar, "mc-sjd", labels, window=32)
+    _, free = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50)
+    _, paying = spec_tokens(tiny_ar, "gsd", labels, window=32, group_size=50, min_run=2)
+    assert exact.extra["tokens_per_call"] < paying.extra["tokens_per_call"]
+    assert 0 < paying.extra["relaxed_tv"] < free.extra["relaxed_tv"]
+
+
 def test_distance_quantile_matches_a_loop_and_samples_large_sets():
     v = torch.randn(30, 4, generator=gen(5))
     pairs = [float(((v[i] - v[j]) ** 2).sum()) for i in range(30) for j in range(30) if i != j]
@@ -255,7 +292,7 @@ def test_config_validation_and_registry():
     assert GSDConfig().group_size == 25 and not GSDConfig.exact
     for field, value in [("group_size", 0), ("delta_p", 1.5), ("embed_dist", -1.0), ("coupling", "none"),
                          ("window", 0), ("init", "zeros"), ("group_onehot", 1), ("embed_source", "vq"),
-                         ("embed_quantile", 0.0), ("embed_quantile", 1.5), ("max_tv", -0.1), ("max_tv", 1.5)]:
+                         ("embed_quantile", 0.0), ("embed_quantile", 1.5), ("max_tv", -0.1), ("max_tv", 1.5), ("min_run", -1)]:
         with pytest.raises(ValueError, match=field):
             GSDConfig(**{field: value})
     info = {m.name: m for m in methods("ar_image", available_only=True)}["gsd"]

@@ -111,3 +111,15 @@ def test_seed_offset_moves_the_quality_seeds(tmp_path):
     assert gsd["config"]["embed_quantile"] == 0.05 and gsd["config"]["delta_p"] == 0.3
     with pytest.raises(ValueError, match="seed_offset"):
         run_bench("ar-image", overrides={"seed_offset": 7}, **kw)
+
+
+def test_every_arm_is_a_valid_config():
+    """Each named arm resolves to its method's config (a typo in a field name or value fails here, not mid-run)."""
+    from diffspec.api import resolve_config
+    from diffspec.bench.ar_image import ARMS
+
+    for name, arm in ARMS.items():
+        info, config = resolve_config(arm["method"], {k: v for k, v in arm.items() if k != "method"})
+        assert info.name == arm["method"], name
+    assert resolve_config("gsd", {k: v for k, v in ARMS["gsd-G100-emb03-dp0.5-run1"].items()
+                                  if k != "method"})[1].min_run == 1
