@@ -80,7 +80,9 @@ class ClusterAcceptance:
         """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
         if p.shape[-1] != self.assignment.numel():
             raise ValueError(f"the partition covers {self.assignment.numel()} tokens; p has {p.shape[-1]}")
-        ids = self.assignment.to(p.device)
+        if self.assignment.device != p.device:  # moved once, not copied on every call
+            self.assignment = self.assignment.to(p.device)
+        ids = self.assignment
         lumped = (*p.shape[:-1], self.num_clusters)
         big_p = p.new_zeros(lumped).index_add_(-1, ids, p)  # (..., K): P and Q of each cluster
         big_q = p.new_zeros(lumped).index_add_(-1, ids, q.to(p.dtype))
