@@ -18,6 +18,11 @@ drafts. Per position the emitted law is, in closed form,
 its exact total variation from ``p`` as ``relaxation``. ``K`` = codebook size is the exact test;
 fewer, larger clusters accept more.
 
+``rule="min-tv"`` keeps the acceptance ``sum_c min(P, Q)`` and the exact cluster law but emits,
+among all laws with that acceptance, the one closest to ``p`` (:func:`min_tv_law`, run through plain
+rejection sampling): inside a cluster it moves only the mass the acceptance forces, so it spends the
+least TV any rule with this acceptance can, ``sum_c min(P, Q) - sum_x min(p, q)``.
+
 Example:
     >>> rule = ClusterAcceptance(torch.tensor([0, 0, 1]))
     >>> p, q = torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[0.1, 0.8, 0.1]])
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from .config import CLUSTER_RULES
 from .patch_vq import kmeans, nearest_code
 from .sampling import Generators, MRSResult, acceptance_prob, mrs
 
@@ -37,25 +43,65 @@ KMEANS_ITERS = 50
 """Lloyd iterations of :meth:`ClusterAcceptance.fit` (seeded, deterministic)."""
 
 
+def cluster_sum(x: torch.Tensor, ids: torch.Tensor, clusters: int) -> torch.Tensor:
+    """``(..., V)`` token values summed per cluster → ``(..., clusters)``."""
+    return x.new_zeros((*x.shape[:-1], clusters)).index_add_(-1, ids, x)
+
+
+def min_tv_law(p: torch.Tensor, q: torch.Tensor, ids: torch.Tensor, clusters: int) -> torch.Tensor:
+    """The law closest to ``p`` in TV among those a draft ``x ~ q`` can be kept under with ``sum_c min(P, Q)``.
+
+    Any rule that keeps the draft with probability ``A`` emits a law ``o`` with
+    ``TV(o, p) >= A - (1 - TV(p, q))``. With ``m = min(p, q)``, cluster by cluster:
+
+    - ``Q <= P``: ``o = q + (P - Q) (p - q)_+ / (P - m(c))``: every draft is kept and the missing
+      mass goes to the tokens ``p`` favours over ``q``;
+    - ``Q > P``: ``o = m + (P - m(c)) (q - p)_+ / (Q - m(c))``: only the surplus of the drafts over
+      ``p`` is scaled down.
+
+    So ``o(c) = P`` exactly, the acceptance ``sum_x min(q, o)`` is the lumped test's ``sum_c min(P, Q)``,
+    and the bound is met: ``TV(o, p) = sum_c (min(P, Q) - m(c))``, the least any rule with that
+    acceptance can spend. Standard rejection sampling of ``x ~ q`` against ``o`` emits it.
+
+    Example:
+        >>> p, q = torch.tensor([[0.5, 0.3, 0.2]]), torch.tensor([[0.1, 0.8, 0.1]])
+        >>> min_tv_law(p, q, torch.tensor([0, 0, 1]), 2)  # cluster {0, 1}: P = 0.8 < Q = 0.9
+        tensor([[0.1000, 0.7000, 0.2000]])
+    """
+    m = torch.minimum(p, q)
+    big_p, big_q, big_m = (cluster_sum(t, ids, clusters) for t in (p, q, m))
+    tiny = torch.finfo(p.dtype).tiny
+    up_scale = torch.where(big_p > big_q, (big_p - big_q) / (big_p - big_m).clamp_min(tiny), 0.0)
+    down_scale = torch.where(big_q > big_p, (big_p - big_m) / (big_q - big_m).clamp_min(tiny), 1.0)
+    per_token = ids.expand(p.shape)
+    return (m + (p - m) * up_scale.gather(-1, per_token) + (q - m) * down_scale.gather(-1, per_token))
+
+
 class ClusterAcceptance:
     """Lumped rejection sampling over a fixed token partition, an :data:`~diffspec.ar_image.jacobi.Acceptance`.
 
     Args:
         assignment: ``(codebook_size,)`` cluster id of each token, in ``[0, K)``.
+        rule: ``"lumped"`` (default: the emitted law inside a cluster mixes ``q`` and ``p``, steps 1-2
+            above) or ``"min-tv"`` (the same acceptance and cluster law, with the emitted law closest
+            to ``p``: see :func:`min_tv_law`).
 
     Raises:
-        ValueError: ``assignment`` not 1-D or with negative ids.
+        ValueError: ``assignment`` not 1-D or with negative ids, or an unknown ``rule`` (named).
     """
 
-    def __init__(self, assignment: torch.Tensor) -> None:
+    def __init__(self, assignment: torch.Tensor, rule: str = "lumped") -> None:
         if assignment.dim() != 1 or assignment.numel() == 0 or int(assignment.min()) < 0:
             raise ValueError(f"assignment must be a non-empty 1-D tensor of cluster ids >= 0; "
                              f"got shape {tuple(assignment.shape)}")
+        if rule not in CLUSTER_RULES:
+            raise ValueError(f"rule={rule!r} is not supported: allowed {CLUSTER_RULES}")
         self.assignment = assignment.detach().long()
         self.num_clusters = int(self.assignment.max()) + 1
+        self.rule = rule
 
     @classmethod
-    def fit(cls, vectors: torch.Tensor, clusters: int, seed: int = 0) -> ClusterAcceptance:
+    def fit(cls, vectors: torch.Tensor, clusters: int, seed: int = 0, rule: str = "lumped") -> ClusterAcceptance:
         """Partition the rows of ``vectors`` ``(codebook_size, dim)`` into ``clusters`` by seeded k-means.
 
         Raises:
@@ -72,9 +118,9 @@ class ClusterAcceptance:
         if not 1 <= clusters <= v.shape[0]:
             raise ValueError(f"clusters={clusters!r} is out of range: allowed [1, {v.shape[0]}] (the codebook size)")
         if clusters == v.shape[0]:  # one token per cluster: the exact test
-            return cls(torch.arange(v.shape[0]))
+            return cls(torch.arange(v.shape[0]), rule)
         centroids = kmeans(v, clusters, KMEANS_ITERS, torch.Generator().manual_seed(seed))
-        return cls(nearest_code(v, centroids))
+        return cls(nearest_code(v, centroids), rule)
 
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
         """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
@@ -83,9 +129,13 @@ class ClusterAcceptance:
         if self.assignment.device != p.device:  # moved once, not copied on every call
             self.assignment = self.assignment.to(p.device)
         ids = self.assignment
-        lumped = (*p.shape[:-1], self.num_clusters)
-        big_p = p.new_zeros(lumped).index_add_(-1, ids, p)  # (..., K): P and Q of each cluster
-        big_q = p.new_zeros(lumped).index_add_(-1, ids, q.to(p.dtype))
+        q = q.to(p.dtype)
+        if self.rule == "min-tv":
+            law = min_tv_law(p, q, ids, self.num_clusters)
+            res = mrs(law, q, draft, generator)
+            return MRSResult(res.accepted, res.tokens, 0.5 * (law - p).abs().sum(-1))
+        big_p = cluster_sum(p, ids, self.num_clusters)  # (..., K): P and Q of each cluster
+        big_q = cluster_sum(q, ids, self.num_clusters)
         ratio = torch.where(big_p > 0, big_q / big_p.clamp_min(torch.finfo(p.dtype).tiny), 0.0)
         # the token law whose residual (p - q~)_+ is p (1 - Q/P)_+: q lumped, redistributed by p in each cluster
         q_lumped = p * ratio.gather(-1, ids.expand(p.shape))
@@ -93,5 +143,5 @@ class ClusterAcceptance:
         masses = (big_p.gather(-1, cx).squeeze(-1), big_q.gather(-1, cx).squeeze(-1))
         res = mrs(p, q_lumped, draft, generator, accept_mass=masses)
         # emitted o = q min(1, P/Q) + (p - q~)_+, so o - p = (q - q~) min(1, P/Q) token by token: TV per cluster
-        gap = p.new_zeros(lumped).index_add_(-1, ids, (q - q_lumped).abs_())
+        gap = cluster_sum((q - q_lumped).abs_(), ids, self.num_clusters)
         return MRSResult(res.accepted, res.tokens, 0.5 * (gap * acceptance_prob(big_p, big_q)).sum(-1))

@@ -25,6 +25,8 @@ INITS = ("uniform", "uniform-onehot", "repeat")
 """How a position entering the window is first drafted (see :class:`SJDConfig`)."""
 
 COUPLINGS = ("independent", "maximal", "gumbel")
+CLUSTER_RULES = ("lumped", "min-tv")
+"""Emitted laws of ``gsd``'s cluster test, both exact at the cluster level with the same acceptance."""
 """How the tokens left in the window are re-drafted after a verification."""
 
 
@@ -206,6 +208,10 @@ class GSDConfig(ARSamplingConfig):
             exactly and only the choice inside a cluster is relaxed (``group_size``, ``delta_p``, the distance filter and
             ``group_onehot`` are then unused; every draft takes the cluster test). None (default):
             the paper's rule.
+        cluster_rule: with ``clusters``: ``"lumped"`` (default; inside a cluster the emitted law
+            mixes the draft's and the target's) or ``"min-tv"`` (the same acceptance and cluster
+            law, with the emitted law the closest to the target's in TV that this acceptance
+            allows: :func:`~diffspec.ar_image.cluster.min_tv_law`).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
@@ -228,6 +234,7 @@ class GSDConfig(ARSamplingConfig):
     max_tv: float | None = None
     min_run: int | None = None
     clusters: int | None = None
+    cluster_rule: str = "lumped"
     coupling: str = "maximal"
     init: str = "repeat"
 
@@ -251,5 +258,6 @@ class GSDConfig(ARSamplingConfig):
             if self.max_tv is not None or self.min_run is not None:
                 raise ValueError(f"clusters={self.clusters!r} replaces the group test; max_tv and min_run "
                                  "apply to the group test only: leave them None")
+        check_choice("cluster_rule", self.cluster_rule, CLUSTER_RULES)
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)

@@ -7,7 +7,7 @@ import torch
 from ar_checks import chi2_fit
 
 from diffspec import SpeculativePipeline
-from diffspec.ar_image.cluster import ClusterAcceptance
+from diffspec.ar_image.cluster import ClusterAcceptance, min_tv_law
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.sampling import MRSResult, acceptance_prob, mrs
@@ -92,6 +92,54 @@ def test_vectorised_over_rows_and_positions():
             assert abs(float(res.relaxation[b, j]) - 0.5 * float((law - p[b, j]).abs().sum())) < 1e-5
 
 
+def random_laws(shape=(4, 7), vocab=12, seed=0):
+    g = gen(seed)
+    p = (torch.randn(*shape, vocab, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    q = (torch.randn(*shape, vocab, generator=g, dtype=torch.float64) * 2).softmax(-1)
+    return p, q
+
+
+@pytest.mark.parametrize("clusters", [1, 3, 4, 12])
+def test_min_tv_law_keeps_the_cluster_law_and_acceptance_and_meets_the_tv_bound(clusters):
+    """On random (4, 7, 12) laws: o(c) = P(c), sum_x min(q, o) = sum_c min(P, Q) (the lumped test's acceptance),
+    TV(o, p) = acceptance - exact acceptance (the least possible), never more than the lumped law's TV;
+    singleton clusters give o = p."""
+    p, q = random_laws()
+    ids = torch.arange(12) % clusters
+    law = min_tv_law(p, q, ids, clusters)
+
+    def lump(x):
+        return torch.zeros(*x.shape[:-1], clusters, dtype=x.dtype).index_add_(-1, ids, x)
+
+    assert float(law.min()) >= 0
+    torch.testing.assert_close(lump(law), lump(p))
+    accept = torch.minimum(lump(p), lump(q)).sum(-1)
+    torch.testing.assert_close(torch.minimum(q, law).sum(-1), accept)
+    tv = 0.5 * (law - p).abs().sum(-1)
+    torch.testing.assert_close(tv, accept - torch.minimum(p, q).sum(-1))
+    lumped = torch.stack([closed_form(p[b, j], q[b, j], ids) for b in range(4) for j in range(7)]).reshape(p.shape)
+    assert bool((tv <= 0.5 * (lumped - p).abs().sum(-1) + 1e-12).all())
+    if clusters == 12:
+        torch.testing.assert_close(law, p)
+
+
+def test_min_tv_rule_emits_its_law_with_the_lumped_acceptance():
+    """2e5 drafts at one position: rule="min-tv" emits min_tv_law (chi-square), clusters follow P, it accepts as
+    often as the lumped rule, and reports a smaller TV than the lumped rule's on these laws."""
+    pp, qq, draft = drafts()
+    res = ClusterAcceptance(CLUSTERS, rule="min-tv")(pp, qq, draft, gen(2))
+    law = min_tv_law(P, Q, CLUSTERS, 3)
+    assert chi2_fit(res.tokens, law)[2] > 1e-3
+    assert chi2_fit(CLUSTERS[res.tokens], torch.zeros(3).index_add_(0, CLUSTERS, P))[2] > 1e-3
+    lumped = ClusterAcceptance(CLUSTERS)(pp, qq, draft, gen(2))
+    assert abs(float(res.accepted.float().mean() - lumped.accepted.float().mean())) < 0.01
+    tv = 0.5 * float((law - P).abs().sum())
+    assert torch.allclose(res.relaxation, torch.full_like(res.relaxation, tv), atol=1e-6)
+    assert tv < float(lumped.relaxation[0]) - 0.01
+    with pytest.raises(ValueError, match="rule"):
+        ClusterAcceptance(CLUSTERS, rule="nearest")
+
+
 def test_fit_is_deterministic_groups_near_vectors_and_checks_its_input():
     g = gen(0)
     centres = torch.randn(4, 3, generator=g) * 10
@@ -151,15 +199,17 @@ def spec_run(target, method, labels, **kw):
     return out.tokens, spec
 
 
-@pytest.mark.parametrize("source", ["codebook", "embeddings"])
-def test_gsd_clusters_on_tiny_ar(tiny_ar, source):
+@pytest.mark.parametrize(("source", "cluster_rule"), [("codebook", "lumped"), ("embeddings", "lumped"),
+                                                    ("codebook", "min-tv")])
+def test_gsd_clusters_on_tiny_ar(tiny_ar, source, cluster_rule):
     labels = list(range(10))
     _, exact = spec_run(tiny_ar, "mc-sjd", labels, window=32)
-    _, relaxed = spec_run(tiny_ar, "gsd", labels, window=32, clusters=16, embed_source=source)
+    _, relaxed = spec_run(tiny_ar, "gsd", labels, window=32, clusters=16, embed_source=source,
+                          cluster_rule=cluster_rule)
     assert relaxed.stats.extra["tokens_per_call"] > exact.stats.extra["tokens_per_call"]
     assert 0 < relaxed.stats.extra["relaxed_tv"] < 0.5
     (rule,) = relaxed._rules.values()
-    assert isinstance(rule, ClusterAcceptance) and rule.num_clusters == 16
+    assert isinstance(rule, ClusterAcceptance) and rule.num_clusters == 16 and rule.rule == cluster_rule
     with pytest.raises(ValueError, match="clusters"):
         spec_run(tiny_ar, "gsd", [0], window=32, clusters=tiny_ar.codebook_size + 1)
 
@@ -169,3 +219,5 @@ def test_config_validation():
     for kw in ({"clusters": 0}, {"clusters": 1.5}, {"clusters": 8, "max_tv": 0.1}, {"clusters": 8, "min_run": 1}):
         with pytest.raises(ValueError, match="clusters"):
             GSDConfig(**kw)
+    with pytest.raises(ValueError, match="cluster_rule"):
+        GSDConfig(clusters=8, cluster_rule="nearest")
