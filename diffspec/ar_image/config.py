@@ -208,10 +208,10 @@ class GSDConfig(ARSamplingConfig):
             exactly and only the choice inside a cluster is relaxed (``group_size``, ``delta_p``, the distance filter and
             ``group_onehot`` are then unused; every draft takes the cluster test). None (default):
             the paper's rule.
-        cluster_rule: with ``clusters``: ``"lumped"`` (default; inside a cluster the emitted law
-            mixes the draft's and the target's) or ``"min-tv"`` (the same acceptance and cluster
-            law, with the emitted law the closest to the target's in TV that this acceptance
-            allows: :func:`~diffspec.ar_image.cluster.min_tv_law`).
+        cluster_rule: with ``clusters``: ``"min-tv"`` (default: the emitted law closest to the
+            target's in TV that the cluster test's acceptance allows,
+            :func:`~diffspec.ar_image.cluster.min_tv_law`) or ``"lumped"`` (the same acceptance
+            and cluster law; inside a cluster the emitted law mixes the draft's and the target's).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
@@ -234,7 +234,7 @@ class GSDConfig(ARSamplingConfig):
     max_tv: float | None = None
     min_run: int | None = None
     clusters: int | None = None
-    cluster_rule: str = "lumped"
+    cluster_rule: str = "min-tv"
     coupling: str = "maximal"
     init: str = "repeat"
 

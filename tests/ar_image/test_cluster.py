@@ -41,7 +41,7 @@ def test_cluster_law_is_exact_and_token_law_matches_the_closed_form():
     """2e5 drafts x ~ q at one position: the emitted tokens' clusters follow P (chi-square), the tokens
     follow the closed form, whose TV from p is the reported relaxation; it accepts more than exact MRS."""
     pp, qq, draft = drafts()
-    res = ClusterAcceptance(CLUSTERS)(pp, qq, draft, gen(2))
+    res = ClusterAcceptance(CLUSTERS, rule="lumped")(pp, qq, draft, gen(2))
     law = closed_form(P, Q, CLUSTERS)
     assert abs(float(law.sum()) - 1) < 1e-6
     assert chi2_fit(CLUSTERS[res.tokens], torch.zeros(3).index_add_(0, CLUSTERS, P))[2] > 1e-3
@@ -64,9 +64,10 @@ def test_planted_bias_fails_the_cluster_law():
     assert chi2_fit(ids[biased.tokens], big_p)[2] < 1e-8
 
 
-def test_singleton_clusters_are_the_exact_test():
+@pytest.mark.parametrize("rule", ["lumped", "min-tv"])
+def test_singleton_clusters_are_the_exact_test(rule):
     pp, qq, draft = drafts(50_000)
-    res = ClusterAcceptance(torch.arange(6))(pp, qq, draft, gen(2))
+    res = ClusterAcceptance(torch.arange(6), rule=rule)(pp, qq, draft, gen(2))
     exact = mrs(pp, qq, draft, gen(2))
     assert torch.equal(res.accepted, exact.accepted)
     assert float((res.tokens == exact.tokens).float().mean()) > 0.999  # residual rounding only
@@ -80,7 +81,7 @@ def test_vectorised_over_rows_and_positions():
     q = (torch.randn(3, 5, 12, generator=g) * 2).softmax(-1)
     draft = torch.multinomial(q.reshape(-1, 12), 1, generator=g).reshape(3, 5)
     ids = torch.arange(12) % 4
-    res = ClusterAcceptance(ids)(p, q, draft, gen(1))
+    res = ClusterAcceptance(ids, rule="lumped")(p, q, draft, gen(1))
     assert isinstance(res, MRSResult) and res.tokens.shape == draft.shape
     u = torch.rand((3, 5, 2), generator=gen(1))
     for b in range(3):
@@ -131,7 +132,7 @@ def test_min_tv_rule_emits_its_law_with_the_lumped_acceptance():
     law = min_tv_law(P, Q, CLUSTERS, 3)
     assert chi2_fit(res.tokens, law)[2] > 1e-3
     assert chi2_fit(CLUSTERS[res.tokens], torch.zeros(3).index_add_(0, CLUSTERS, P))[2] > 1e-3
-    lumped = ClusterAcceptance(CLUSTERS)(pp, qq, draft, gen(2))
+    lumped = ClusterAcceptance(CLUSTERS, rule="lumped")(pp, qq, draft, gen(2))
     assert abs(float(res.accepted.float().mean() - lumped.accepted.float().mean())) < 0.01
     tv = 0.5 * float((law - P).abs().sum())
     assert torch.allclose(res.relaxation, torch.full_like(res.relaxation, tv), atol=1e-6)
@@ -162,7 +163,8 @@ def test_fit_is_deterministic_groups_near_vectors_and_checks_its_input():
         rule(torch.full((1, 5), 0.2), torch.full((1, 5), 0.2), torch.tensor([0]), gen(0))
 
 
-def test_jacobi_loop_keeps_each_cluster_law_given_the_prefix():
+@pytest.mark.parametrize("rule", ["lumped", "min-tv"])
+def test_jacobi_loop_keeps_each_cluster_law_given_the_prefix(rule):
     """Toy AR table, 1e5 sequences through the mc-sjd loop: the first token's cluster and the second's given
     the first token follow the target (chi-square, Bonferroni over prefixes); the token law does not. (The
     joint law of the cluster sequence is not kept: a relaxed choice inside a cluster changes what follows.)"""
@@ -172,7 +174,7 @@ def test_jacobi_loop_keeps_each_cluster_law_given_the_prefix():
     stats = SpecStats()
     session = target.start(class_labels=[1] * m, guidance_scale=1.0)
     tokens = jacobi_sample(session, n, 16, "maximal", "uniform", {"temperature": 1.0}, gen(0), stats,
-                           acceptance=ClusterAcceptance(ids))
+                           acceptance=ClusterAcceptance(ids, rule=rule))
     law = target.joint(1).reshape(vocab, vocab, -1).sum(-1)  # (t1, t2)
     first = torch.zeros(2, dtype=law.dtype).index_add_(0, ids, law.sum(1))
     assert chi2_fit(ids[tokens[:, 0]], first)[2] > 1e-3
@@ -215,7 +217,7 @@ def test_gsd_clusters_on_tiny_ar(tiny_ar, source, cluster_rule):
 
 
 def test_config_validation():
-    assert GSDConfig().clusters is None
+    assert GSDConfig().clusters is None and GSDConfig().cluster_rule == "min-tv"
     for kw in ({"clusters": 0}, {"clusters": 1.5}, {"clusters": 8, "max_tv": 0.1}, {"clusters": 8, "min_run": 1}):
         with pytest.raises(ValueError, match="clusters"):
             GSDConfig(**kw)
