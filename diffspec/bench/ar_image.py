@@ -13,7 +13,8 @@ window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the
 a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
 ``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook;
 ``gsd-cb-kK-mintv`` (K = 16, 24, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
-emitting the law closest to the target's)
+emitting the law closest to the target's; ``gsd-emb-k32-mintv``: the same with the partition fitted on the target's
+input embeddings)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
@@ -70,6 +71,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-cb-k24-mintv": {"method": "gsd", "clusters": 24, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-cb-k16-mintv": {"method": "gsd", "clusters": 16, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-cb-k48-mintv": {"method": "gsd", "clusters": 48, "embed_source": "codebook", "cluster_rule": "min-tv"},
+    "gsd-emb-k32-mintv": {"method": "gsd", "clusters": 32, "embed_source": "embeddings", "cluster_rule": "min-tv"},
     "gsd-G50-emb05-dp0.4": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05, "delta_p": 0.4},
     "gsd-G100-emb10-dp1-tv0.2": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1, "delta_p": 1.0,
                                  "max_tv": 0.2},
