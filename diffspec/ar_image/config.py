@@ -25,9 +25,10 @@ INITS = ("uniform", "uniform-onehot", "repeat")
 """How a position entering the window is first drafted (see :class:`SJDConfig`)."""
 
 COUPLINGS = ("independent", "maximal", "gumbel")
+"""How the tokens left in the window are re-drafted after a verification."""
+
 CLUSTER_RULES = ("lumped", "min-tv")
 """Emitted laws of ``gsd``'s cluster test, both exact at the cluster level with the same acceptance."""
-"""How the tokens left in the window are re-drafted after a verification."""
 
 
 @dataclass(frozen=True)
