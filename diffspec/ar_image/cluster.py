@@ -18,6 +18,11 @@ drafts. Per position the emitted law is, in closed form,
 its exact total variation from ``p`` as ``relaxation``. ``K`` = codebook size is the exact test;
 fewer, larger clusters accept more.
 
+A draft whose ``q`` is one-hot (a first draft under ``init="repeat"``, which copies the token to its
+left, or a forced token) is not a model sample: testing it by its cluster would keep it with the
+cluster's whole mass and pull images towards their first drafts (flat images under ``"repeat"``). It
+takes the exact test unless ``group_onehot=True``, as in the grouped test.
+
 ``rule="min-tv"`` keeps the acceptance ``sum_c min(P, Q)`` and the exact cluster law but emits,
 among all laws with that acceptance, the one closest to ``p`` (:func:`min_tv_law`, run through plain
 rejection sampling): inside a cluster it moves only the mass the acceptance forces, so it spends the
@@ -39,7 +44,7 @@ import torch
 
 from .config import CLUSTER_RULES
 from .patch_vq import kmeans, nearest_code
-from .sampling import Generators, MRSResult, acceptance_prob, mrs
+from .sampling import Generators, MRSResult, acceptance_prob, exact_twin, mrs, point_mass, uniform
 
 KMEANS_ITERS = 50
 """Lloyd iterations of :meth:`ClusterAcceptance.fit` (seeded, deterministic)."""
@@ -87,12 +92,13 @@ class ClusterAcceptance:
         rule: ``"min-tv"`` (default: the emitted law closest to ``p`` among those with the lumped
             test's acceptance and cluster law, :func:`min_tv_law`) or ``"lumped"`` (steps 1-2 above:
             inside a cluster the emitted law mixes ``q`` and ``p``).
+        group_onehot: also cluster-test drafts whose ``q`` is one-hot; False (default) tests them exactly.
 
     Raises:
         ValueError: ``assignment`` not 1-D or with negative ids, or an unknown ``rule`` (named).
     """
 
-    def __init__(self, assignment: torch.Tensor, rule: str = "min-tv") -> None:
+    def __init__(self, assignment: torch.Tensor, rule: str = "min-tv", group_onehot: bool = False) -> None:
         if assignment.dim() != 1 or assignment.numel() == 0 or int(assignment.min()) < 0:
             raise ValueError(f"assignment must be a non-empty 1-D tensor of cluster ids >= 0; "
                              f"got shape {tuple(assignment.shape)}")
@@ -101,9 +107,11 @@ class ClusterAcceptance:
         self.assignment = assignment.detach().long()
         self.num_clusters = int(self.assignment.max()) + 1
         self.rule = rule
+        self.group_onehot = bool(group_onehot)
 
     @classmethod
-    def fit(cls, vectors: torch.Tensor, clusters: int, seed: int = 0, rule: str = "min-tv") -> ClusterAcceptance:
+    def fit(cls, vectors: torch.Tensor, clusters: int, seed: int = 0, rule: str = "min-tv",
+            group_onehot: bool = False) -> ClusterAcceptance:
         """Partition the rows of ``vectors`` ``(codebook_size, dim)`` into ``clusters`` by seeded k-means.
 
         Raises:
@@ -120,9 +128,9 @@ class ClusterAcceptance:
         if not 1 <= clusters <= v.shape[0]:
             raise ValueError(f"clusters={clusters!r} is out of range: allowed [1, {v.shape[0]}] (the codebook size)")
         if clusters == v.shape[0]:  # one token per cluster: the exact test
-            return cls(torch.arange(v.shape[0]), rule)
+            return cls(torch.arange(v.shape[0]), rule, group_onehot)
         centroids = kmeans(v, clusters, KMEANS_ITERS, torch.Generator().manual_seed(seed))
-        return cls(nearest_code(v, centroids), rule)
+        return cls(nearest_code(v, centroids), rule, group_onehot)
 
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
         """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
@@ -132,10 +140,14 @@ class ClusterAcceptance:
             self.assignment = self.assignment.to(p.device)
         ids = self.assignment
         q = q.to(p.dtype)
+        exact = None if self.group_onehot else point_mass(q)  # one-hot drafts: the exact test
+        u = uniform((*draft.shape, 2), generator, p.device)
         if self.rule == "min-tv":
             law = min_tv_law(p, q, ids, self.num_clusters)
-            res = mrs(law, q, draft, generator)
-            return MRSResult(res.accepted, res.tokens, 0.5 * (law - p).abs().sum(-1))
+            if exact is not None:
+                law = torch.where(exact.unsqueeze(-1), p, law)
+            res = mrs(law, q, draft, None, uniforms=u)
+            return exact_twin(MRSResult(res.accepted, res.tokens, 0.5 * (law - p).abs().sum(-1)), p, q, draft, u)
         big_p = cluster_sum(p, ids, self.num_clusters)  # (..., K): P and Q of each cluster
         big_q = cluster_sum(q, ids, self.num_clusters)
         ratio = torch.where(big_p > 0, big_q / big_p.clamp_min(torch.finfo(p.dtype).tiny), 0.0)
@@ -143,7 +155,13 @@ class ClusterAcceptance:
         q_lumped = p * ratio.gather(-1, ids.expand(p.shape))
         cx = ids[draft].unsqueeze(-1)
         masses = (big_p.gather(-1, cx).squeeze(-1), big_q.gather(-1, cx).squeeze(-1))
-        res = mrs(p, q_lumped, draft, generator, accept_mass=masses)
         # emitted o = q min(1, P/Q) + (p - q~)_+, so o - p = (q - q~) min(1, P/Q) token by token: TV per cluster
         gap = cluster_sum((q - q_lumped).abs_(), ids, self.num_clusters)
-        return MRSResult(res.accepted, res.tokens, 0.5 * (gap * acceptance_prob(big_p, big_q)).sum(-1))
+        tv = 0.5 * (gap * acceptance_prob(big_p, big_q)).sum(-1)
+        if exact is not None:  # the plain test of x against p: masses p(x), q(x) = 1 and residual (p - q)_+
+            q_lumped = torch.where(exact.unsqueeze(-1), q, q_lumped)
+            masses = (torch.where(exact, p.gather(-1, draft.unsqueeze(-1)).squeeze(-1), masses[0]),
+                      torch.where(exact, torch.ones_like(masses[1]), masses[1]))
+            tv = torch.where(exact, torch.zeros_like(tv), tv)
+        res = mrs(p, q_lumped, draft, None, accept_mass=masses, uniforms=u)
+        return exact_twin(MRSResult(res.accepted, res.tokens, tv), p, q, draft, u)

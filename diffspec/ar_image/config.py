@@ -193,22 +193,23 @@ class GSDConfig(ARSamplingConfig):
             similarity).
         embed_quantile: when set, in ``(0, 1]``, replaces ``embed_dist`` by this quantile of the
             squared distances between the source's vectors (e.g. 0.05: the nearest 5% of pairs).
-        group_onehot: group-test one-hot drafts too (the paper's rule: against ``q(C) = 1`` the
-            draft is accepted with ``p(C)``).
+        group_onehot: group-test (or, with ``clusters``, cluster-test) one-hot drafts too (the
+            paper's rule: against ``q(C) = 1`` the draft is accepted with ``p(C)``). False (default):
+            they take the exact test.
         max_tv: when set, in ``[0, 1]``, a hard per-token budget: the group acceptance is clamped to
             within ``max_tv`` of the exact test's, so each token's law is at most ``max_tv`` from
             the target's in total variation (0 = ``mc-sjd``). None (default): the paper's rule.
         min_run: when set, ``>= 0``: a draft only the group test accepts is kept only where the exact
             test accepts the next ``min_run`` drafts of the window, so the relaxation is spent where it
             buys a run of tokens (0: wherever the group test accepts; drafts the exact test accepts are
-            always kept). None (default): the paper's rule.
+            always kept; the window is then re-drafted by fresh draws, since the look-ahead leaves its
+            drafts unfit for the coupling). None (default): the paper's rule.
         clusters: when set, in ``[1, codebook_size]``, replaces the group test by
             :class:`~diffspec.ar_image.cluster.ClusterAcceptance`: a fixed k-means partition of the
             ``embed_source`` vectors into ``clusters`` groups, tested and resampled at the cluster
             level, so each token's cluster, given the tokens before it, follows the target's law
-            exactly and only the choice inside a cluster is relaxed (``group_size``, ``delta_p``, the distance filter and
-            ``group_onehot`` are then unused; every draft takes the cluster test). None (default):
-            the paper's rule.
+            exactly and only the choice inside a cluster is relaxed (``group_size``, ``delta_p`` and the
+            distance filter are then unused). None (default): the paper's rule.
         cluster_rule: with ``clusters``: ``"min-tv"`` (default: the emitted law closest to the
             target's in TV that the cluster test's acceptance allows,
             :func:`~diffspec.ar_image.cluster.min_tv_law`) or ``"lumped"`` (the same acceptance

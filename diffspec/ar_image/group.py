@@ -33,7 +33,9 @@ the exact test rejects but the group test accepts is kept only if the exact test
 rejected as the exact test would be. A group acceptance that would only buy a token or two
 before the next rejection is not taken. Drafts the exact test accepts are always kept. With
 ``min_run`` set, ``relaxation`` is ``(a(x) - a_exact(x))_+`` where the group acceptance was
-allowed, 0 elsewhere.
+allowed, 0 elsewhere. Because a decision looks at the drafts after it, the drafts left after a
+rejection are biased towards those the exact test fails; no coupling of them follows ``p``, so their
+re-drafts (``exact_tokens``) are fresh draws from ``p``.
 
 Example:
     >>> rule = GroupAcceptance(group_size=3, delta_p=1.0)
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import Generators, MRSResult, acceptance_prob, mrs, uniform
+from .sampling import Generators, MRSResult, acceptance_prob, exact_twin, mrs, point_mass, sample, uniform
 
 NEAR_TABLE_MAX_CODES = 8192
 """Largest codebook whose ``(V, V)`` "within ``embed_dist``" table is precomputed (64 MiB at 8192)."""
@@ -167,7 +169,7 @@ class GroupAcceptance:
         """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
         tokens, keep = self.cluster(p, draft)
         if not self.group_onehot:  # point-mass drafts: the cluster shrinks to the draft (exact test)
-            keep &= (q.amax(-1) < 1).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))
+            keep &= ~point_mass(q).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))
         w = keep.to(p.dtype)
         masses = ((p.gather(-1, tokens) * w).sum(-1), (q.gather(-1, tokens) * w).sum(-1))
         idx = draft.unsqueeze(-1)
@@ -177,7 +179,8 @@ class GroupAcceptance:
             a = torch.minimum(torch.maximum(acceptance_prob(*masses), exact - self.max_tv), exact + self.max_tv)
             masses = (a, torch.ones_like(a))
         if self.min_run is None:
-            return mrs(p, q, draft, generator, accept_mass=masses)
+            u = uniform((*draft.shape, 2), generator, p.device)
+            return exact_twin(mrs(p, q, draft, None, accept_mass=masses, uniforms=u), p, q, draft, u)
         return self._paying(p, q, draft, px, qx, masses, generator)
 
     def _paying(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, px: torch.Tensor, qx: torch.Tensor,
@@ -194,4 +197,6 @@ class GroupAcceptance:
         ones = torch.ones_like(px)
         res = mrs(p, q, draft, generator, accept_mass=(keep.to(px.dtype), ones), uniforms=u)
         gain = (acceptance_prob(*masses) - acceptance_prob(px, qx)).clamp_min(0)
-        return MRSResult(res.accepted, res.tokens, gain * paying.to(gain.dtype))
+        # the decisions look ahead at the next drafts, so the drafts left after a rejection are those the exact
+        # test failed more often: no coupling of them follows p, and the window is re-drafted by fresh draws
+        return MRSResult(res.accepted, res.tokens, gain * paying.to(gain.dtype), sample(p, generator))

@@ -9,7 +9,8 @@ for positions ``c_b .. c_b + L - 1``, clipped at the image end):
    (:func:`~diffspec.ar_image.sampling.mrs`); the accepted prefix is committed, plus the MRS
    output at the first rejection, or a bonus draw from the row after a fully accepted window;
 3. the positions left in the window are re-drafted from ``p^t`` (``independent``: fresh draws;
-   ``maximal``: the MRS outputs of step 2, i.e. the old draft kept with probability ``1 - TV``;
+   ``maximal``: the MRS outputs of step 2, i.e. the old draft kept with probability ``1 - TV``; under a
+   relaxed rule, those of the exact test on the same uniforms, since the rule's outputs do not follow ``p^t``;
    ``gumbel``: ``argmax(log p^t + g_j)`` with one fixed Gumbel vector per position) and their
    ``q`` set to ``p^t`` (kept or not); positions entering the window get ``init`` drafts.
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 Acceptance = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Generators], MRSResult]
 """The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.ar_image.sampling.mrs`,
-the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position."""
+the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position and ``exact_tokens``."""
 
 
 def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tensor, generator: Generators,
@@ -135,9 +136,12 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
         _kept_old_q: test-only planted bias: a token the maximal coupling kept keeps its OLD q
             (the bookkeeping that makes MC-SJD inexact; exactness tests must catch it).
         acceptance: the verification rule (default :func:`~diffspec.ar_image.sampling.mrs`, exact);
-            its outputs are also the ``maximal`` re-drafts. A relaxed rule's mean ``relaxation``
-            over the positions it decided (accepted prefix + first rejection) goes to
-            ``stats.extra["relaxed_tv"]``.
+            its outputs are also the ``maximal`` re-drafts. A relaxed rule (one that reports
+            ``relaxation``) must also return ``exact_tokens``
+            (:func:`~diffspec.ar_image.sampling.exact_twin`): its own outputs do not follow ``p``, so the
+            re-drafts are the exact test's, every draft's ``q`` stays the law it was drawn from, and the
+            relaxation is spent only on the tokens the rule commits. Its mean ``relaxation`` over the
+            positions it decided (accepted prefix + first rejection) goes to ``stats.extra["relaxed_tv"]``.
 
     Returns:
         Image tokens, distributed exactly as the plain loop's (default acceptance).
@@ -198,8 +202,8 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             step = torch.minimum(lead + 1, n - commit)
             if coupling == "independent":
                 redraft = sample(p[:, :length], generator)
-            elif coupling == "maximal":
-                redraft = res.tokens
+            elif coupling == "maximal":  # a relaxed rule's tokens follow its own law, not p: its exact twin's do
+                redraft = res.tokens if res.relaxation is None else res.exact_tokens
             else:
                 redraft = gumbel_argmax(p[:, :length], table.noise(pos[:, :length]))  # type: ignore[union-attr]
             q_re = p[:, :length]

@@ -115,11 +115,15 @@ class MRSResult:
         relaxation: ``None`` for the exact test; for a relaxed test (``accept_mass``), the
             per-position ``|a_relaxed(x) - min(1, p(x)/q(x))|``, whose mean over drafts ``x ~ q``
             bounds the TV between the output law and ``p`` (the per-token TV budget spent).
+        exact_tokens: relaxed rules of the Jacobi loop: the exact test of the same draft against ``p``
+            on the same uniforms (:func:`exact_twin`). Those tokens follow ``p``, which a relaxed rule's
+            ``tokens`` do not, so they are the window's ``maximal`` re-drafts.
     """
 
     accepted: torch.Tensor
     tokens: torch.Tensor
     relaxation: torch.Tensor | None = None
+    exact_tokens: torch.Tensor | None = None
 
 
 def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators,
@@ -159,10 +163,23 @@ def mrs(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Genera
     return MRSResult(accepted, tokens, relaxation)
 
 
+def exact_twin(res: MRSResult, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor
+               ) -> MRSResult:
+    """``res`` (a relaxed rule's outcome on ``uniforms``) with ``exact_tokens``: :func:`mrs` of ``draft`` against ``p``
+    on the same uniforms, so where the rule's test is the exact one both agree bit for bit."""
+    return MRSResult(res.accepted, res.tokens, res.relaxation, mrs(p, q, draft, None, uniforms=uniforms).tokens)
+
+
 def acceptance_prob(p_mass: torch.Tensor, q_mass: torch.Tensor) -> torch.Tensor:
     """``min(1, p_mass / q_mass)`` as the test ``u * q_mass < p_mass`` uses it (1 where ``q_mass`` is 0 < ``p_mass``)."""
     return torch.where(q_mass > 0, (p_mass / q_mass.clamp_min(torch.finfo(q_mass.dtype).tiny)).clamp(max=1.0),
                        (p_mass > 0).to(p_mass.dtype))
+
+
+def point_mass(q: torch.Tensor) -> torch.Tensor:
+    """``(...)`` bool: the draft law ``q`` ``(..., V)`` is one-hot (a first draft under ``init="repeat"`` or
+    ``"uniform-onehot"``, or a forced token), so the draft is not a sample of any model law."""
+    return q.amax(-1) >= 1
 
 
 def gumbel(u: torch.Tensor) -> torch.Tensor:

@@ -103,12 +103,13 @@ class ARImagePipeline(SpeculativePipeline):
         else:
             vectors = self.pipe.token_embeddings()
         if config.clusters is not None:
-            key = (config.embed_source, "clusters", config.clusters, config.cluster_rule)
+            key = (config.embed_source, "clusters", config.clusters, config.cluster_rule, config.group_onehot)
             if vectors is None:
                 raise ValueError(f"clusters={config.clusters}: {type(self.pipe).__name__} exposes no token vectors "
                                  f"(embed_source={config.embed_source!r}) to cluster")
             if key not in self._rules:  # the k-means partition is fitted once
-                self._rules[key] = ClusterAcceptance.fit(vectors, config.clusters, rule=config.cluster_rule)
+                self._rules[key] = ClusterAcceptance.fit(vectors, config.clusters, rule=config.cluster_rule,
+                                                         group_onehot=config.group_onehot)
             return self._rules[key]
         dist = config.embed_dist
         if config.embed_quantile is not None and vectors is not None:
