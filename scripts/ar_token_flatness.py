@@ -48,11 +48,8 @@ def main() -> None:
     guidance = target.default_guidance_scale
     rows = []
     for name in args.arms.split(","):
-        if name == "plain":
-            spec, run = SpeculativePipeline.from_pipe(target, method="mc-sjd"), None
-        else:
-            spec = SpeculativePipeline.from_pipe(target, method=ARMS[name]["method"],
-                                                 **{k: v for k, v in ARMS[name].items() if k != "method"})
+        arm = {"method": "mc-sjd"} if name == "plain" else ARMS[name]
+        spec = SpeculativePipeline.from_pipe(target, **arm)
         spec.set_progress_bar_config(disable=True)
         run = spec.plain if name == "plain" else spec
         chunks, per_image, tv = [], 0.0, 0.0
