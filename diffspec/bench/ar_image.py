@@ -12,7 +12,7 @@ window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the
 ``max_tv=0.2``, the acceptance clamped to within 0.2 of the exact test's; ``-run0`` / ``-run1``: ``min_run=0`` / ``1``,
 a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
 ``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook;
-``gsd-cb-kK-mintv`` (K = 16, 24, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
+``gsd-cb-kK-mintv`` (K = 16, 24, 26, 28, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
 emitting the law closest to the target's; ``gsd-emb-k32-mintv``: the same with the partition fitted on the target's
 input embeddings)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
@@ -69,6 +69,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-cb-k40": {"method": "gsd", "clusters": 40, "embed_source": "codebook", "cluster_rule": "lumped"},
     "gsd-cb-k32-mintv": {"method": "gsd", "clusters": 32, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-cb-k24-mintv": {"method": "gsd", "clusters": 24, "embed_source": "codebook", "cluster_rule": "min-tv"},
+    "gsd-cb-k28-mintv": {"method": "gsd", "clusters": 28, "embed_source": "codebook", "cluster_rule": "min-tv"},
+    "gsd-cb-k26-mintv": {"method": "gsd", "clusters": 26, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-cb-k16-mintv": {"method": "gsd", "clusters": 16, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-cb-k48-mintv": {"method": "gsd", "clusters": 48, "embed_source": "codebook", "cluster_rule": "min-tv"},
     "gsd-emb-k32-mintv": {"method": "gsd", "clusters": 32, "embed_source": "embeddings", "cluster_rule": "min-tv"},
