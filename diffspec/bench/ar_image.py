@@ -163,7 +163,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
     same law.
     """
     from ..ar_image.config import MCSJDConfig
-    from ..models import class_accuracy, load_ar_target, reference_fid
+    from ..models import SHIPPED_MODELS, class_accuracy, load_ar_target, reference_fid
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     names = list(methods or ARMS)
@@ -272,7 +272,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         "suite": "ar-image",
         "machine": machine_info(dev),
         "model": {"name": model, "params": sum(p.numel() for p in target.model.parameters()),
-                  "dtype": dtype or "float32", "weights": "trained" if model in ("tiny-ar", "tiny-ar-tex") else "given",
+                  "dtype": dtype or "float32", "weights": "trained" if model in SHIPPED_MODELS else "given",
                   "codebook_size": vocab, "grid": list(target.grid), "token_entropy": entropy,
                   "reference_classifier": classifier},
         "workload": {"tokens": n, "batch": batch, "seeds": timed, "guidance_scale": guidance_scale,

@@ -31,6 +31,7 @@ SHIPPED_MODELS: dict[str, Path] = {
     "tiny-dit": WEIGHTS / "tiny-dit",  # class-conditional DiTPipeline on diffspec.data shapes, 32x32
     "tiny-ar": WEIGHTS / "tiny-ar",  # class-conditional LlamaGen GPT + patch k-means VQ on shapes, 8x8 tokens
     "tiny-ar-tex": WEIGHTS / "tiny-ar-tex",  # the same on textured backgrounds: less peaked (classifier shapes-tex)
+    "tiny-ar-noisy": WEIGHTS / "tiny-ar-noisy",  # textured + strong pixel noise: flat laws like published models'
     "tiny-vlm": WEIGHTS / "tiny-vlm",  # LLaVA captioner of render_scenes + VLM and text drafters (load_tiny_vlm)
     "tiny-vla": WEIGHTS / "tiny-vla",  # Llama policy with OpenVLA-style action tokens on a reach task (load_tiny_vla)
 }

@@ -1,8 +1,9 @@
 """The shipped shape classifiers: conditional accuracy and a "reference FID" on their features.
 
-Two reference classifiers ship, one per data variant (``REFERENCE_CLASSIFIERS``): ``"shapes"``
-(plain backgrounds, the default ``render_shapes`` output) and ``"shapes-tex"`` (textured
-backgrounds, ``tiny-ar-tex``'s data), each with the feature statistics of its own real images.
+Three reference classifiers ship, one per data variant (``REFERENCE_CLASSIFIERS``): ``"shapes"``
+(plain backgrounds, the default ``render_shapes`` output), ``"shapes-tex"`` (textured
+backgrounds, ``tiny-ar-tex``'s data) and ``"shapes-noisy"`` (the textured images with strong
+pixel noise, ``tiny-ar-noisy``'s data), each with the feature statistics of its own real images.
 
 Example:
     >>> from diffspec.data import render_shapes
@@ -29,6 +30,7 @@ _WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 REFERENCE_CLASSIFIERS: dict[str, Path] = {
     "shapes": _WEIGHTS / "shapes-classifier",  # render_shapes default (plain backgrounds)
     "shapes-tex": _WEIGHTS / "shapes-tex-classifier",  # background="textured", texture_strength=0.7, noise=0.05
+    "shapes-noisy": _WEIGHTS / "shapes-noisy-classifier",  # the same with noise=0.4 (tiny-ar-noisy's data)
 }
 WEIGHTS_DIR = REFERENCE_CLASSIFIERS["shapes"]
 

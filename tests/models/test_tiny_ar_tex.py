@@ -36,20 +36,22 @@ def test_tiny_ar_tex_loads_as_float32_from_float16_file():
     assert load_ar_target("tiny-ar").reference_classifier == "shapes"  # the plain model keeps its classifier
 
 
-def test_tiny_ar_tex_generates_through_the_pipeline():
+@pytest.mark.parametrize("model", ["tiny-ar-tex", "tiny-ar-noisy"])
+def test_textured_ar_models_generate_through_the_pipeline(model):
     from diffspec import SpeculativePipeline
 
-    spec = SpeculativePipeline.from_pretrained("tiny-ar-tex", method="mc-sjd")
+    spec = SpeculativePipeline.from_pretrained(model, method="mc-sjd")
     spec.set_progress_bar_config(disable=True)
     out = spec(class_labels=[3], generator=torch.Generator().manual_seed(0), output_type="tokens")
     assert out.tokens.shape == (1, 64) and 0 <= int(out.tokens.min()) and int(out.tokens.max()) < 1024
     assert spec.stats.target_calls < 64
 
 
-def test_tiny_ar_tex_drafter_is_shipped():
+@pytest.mark.parametrize("model", ["tiny-ar-tex", "tiny-ar-noisy"])
+def test_textured_ar_models_ship_a_drafter(model):
     from diffspec import SpeculativePipeline
 
-    spec = SpeculativePipeline.from_pretrained("tiny-ar-tex", method="lantern")
+    spec = SpeculativePipeline.from_pretrained(model, method="lantern")
     spec.set_progress_bar_config(disable=True)
     out = spec(class_labels=[0, 5], generator=[torch.Generator().manual_seed(s) for s in (0, 1)],
                output_type="tokens")
