@@ -19,7 +19,7 @@ diffspec's real ``mc-sjd`` loop (:func:`~diffspec.ar_image.jacobi.jacobi_sample`
 host sync, so consecutive ticks bracket exactly one round (forward + acceptance + re-draft + window
 bookkeeping): ``overhead = (round - forward) / round`` against the forward alone at ``K = L + 1``.
 Finally the projection (:mod:`diffspec.bench.ar_image_cost_report`) combines these costs with the
-step compression measured on the trained ``tiny-ar-tex``, labelled as such.
+step compression measured on a trained reference model (``tiny-ar-noisy`` by default), labelled as such.
 
 Example:
     >>> doc = run_ar_image_cost("tiny", device="cpu", overrides={"tokens": 16, "ks": "1,4",

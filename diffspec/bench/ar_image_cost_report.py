@@ -2,8 +2,8 @@
 
 The projection multiplies two things measured in different places and says so: the per-call cost
 measured by the suite (random weights, real-size config, this machine) and the step compression
-(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on the trained ``tiny-ar-tex`` by the
-``ar-image`` suite (a committed CPU JSON, or figures given with ``--set step_compression=...``):
+(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on a trained reference model (by default
+``tiny-ar-noisy``, whose next-token laws are as flat as published models') by the ``ar-image`` suite (a committed CPU JSON, or figures given with ``--set step_compression=...``):
 ``projected speedup = plain time / (calls x call(L))`` with ``plain time = N x call(1)`` and
 ``calls = N / step_compression``.
 
@@ -23,11 +23,13 @@ import torch
 
 from ..config import check_float, check_int
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ar-image-tiny-ar-tex-cpu-repeat.json"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ar-image-tiny-ar-noisy-cpu.json"
 """The committed ``ar-image`` run whose per-image step compression the projection uses by default
-(``tiny-ar-tex``, the less peaked reference model, 256 images per arm, default ``init="repeat"``;
-``sjd`` at windows 16 and 64, ``mc-sjd`` at 64, and ``mc-sjd`` with the old uniform first drafts)."""
-LABEL = "projected: cost measured here x acceptance measured on the trained tiny-ar-tex"
+(``tiny-ar-noisy``, the reference model with published-range entropy: median top-1 probability 0.04;
+500 images per arm; ``sjd`` at windows 16 and 64, ``mc-sjd`` at 64)."""
+LABEL = "projected: cost measured here x acceptance measured on the trained {model}"
+"""The projection's label; ``{model}`` is the acceptance source's model (:data:`LABEL_GIVEN` without one)."""
+LABEL_GIVEN = "projected: cost measured here x step compression given on the command line"
 GOAL_MODEL, GOAL_WINDOW, GOAL_OVERHEAD = "llamagen-7b-size", 64, 0.05
 
 
@@ -82,8 +84,10 @@ def read_compression(path: str | Path | None, given: str | None) -> tuple[list[d
     except ValueError:
         shown = str(file)
     w = doc.get("workload", {})
+    model = doc.get("model", {})
     return entries, {"kind": "ar-image JSON", "path": shown, "created": doc.get("created"),
-                     "model": doc.get("model", {}).get("name"), "device": doc.get("machine", {}).get("device"),
+                     "model": model.get("name"), "device": doc.get("machine", {}).get("device"),
+                     "median_top1_prob": model.get("token_entropy", {}).get("median_top1_prob"),
                      "tokens": w.get("tokens"), "guidance_scale": w.get("guidance_scale"),
                      "images_per_arm": w.get("quality_samples"), "quality_chunk": w.get("quality_chunk")}
 
@@ -112,15 +116,17 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
             if loop is not None:
                 row["projected_speedup_with_loop"] = round(sc * call1 / loop, 3)
             rows.append(row)
-    return {"label": LABEL, "source": source, "rows": rows,
+    model = source.get("model")
+    facts = [f"{source['tokens']} tokens"] if source.get("tokens") else []
+    facts += [f"median top-1 probability {source['median_top1_prob']}"] if source.get("median_top1_prob") else []
+    where = f"{model} ({'; '.join(facts)})" if model else "the figures given"
+    return {"label": LABEL.format(model=model) if model else LABEL_GIVEN, "source": source, "rows": rows,
             "notes": ["projected_speedup = step_compression x call(1) / call(L + 1): forwards only (the plain "
                       "loop's own sampling time is left out, which favours the baseline); "
                       "projected_speedup_with_loop replaces call(L + 1) by the measured mc-sjd round at window L "
                       "(used for sjd's entry too: its round differs by one independent draw instead of reusing "
                       "the test's outputs).",
-                      "The step compression is a per-image mean on the trained tiny-ar-tex (64 tokens, so window 64 "
-                      "covers the whole image; median top-1 probability 0.38, still more peaked than a real "
-                      "model's) at batch 1: "
+                      f"The step compression is a per-image mean on {where} at batch 1: "
                       "a batch > 1 waits for its slowest row, so rows with batch > 1 are upper bounds; the source's "
                       "per-chunk figure is that effect at its quality chunk size."]}
 

@@ -9,7 +9,7 @@ import torch
 
 from diffspec.bench import SUITES, run_bench
 from diffspec.bench.ar_image_cost import RoundClock, _Stop, build_cost_model, run_ar_image_cost, time_rounds
-from diffspec.bench.ar_image_cost_report import DEFAULT_SOURCE, LABEL, read_compression
+from diffspec.bench.ar_image_cost_report import DEFAULT_SOURCE, LABEL, LABEL_GIVEN, read_compression
 from diffspec.cli import main
 
 SMALL = {"tokens": 16, "ks": "1,4", "batches": "1,2", "windows": 4}
@@ -49,7 +49,8 @@ def test_registered_and_json_fields(doc: dict) -> None:
 
 def test_projection_from_committed_tiny_ar_json(doc: dict) -> None:
     proj = doc["projection"]
-    assert proj["label"] == LABEL and proj["source"]["path"].endswith(DEFAULT_SOURCE.name)
+    assert proj["label"] == LABEL.format(model="tiny-ar-noisy") and proj["source"]["path"].endswith(DEFAULT_SOURCE.name)
+    assert proj["source"]["median_top1_prob"] < 0.05  # the default source has published-range entropy
     source = json.loads(DEFAULT_SOURCE.read_text())
     mc = next(r for r in source["runs"] if r["method"] == "mc-sjd")
     row = next(p for p in proj["rows"] if p["method"] == "mc-sjd" and p["batch"] == 1)
@@ -68,6 +69,7 @@ def test_given_compression_and_loop_projection() -> None:
     assert row["window"] == 4 and row["k"] == 5
     assert row["projected_speedup_with_loop"] == pytest.approx(2.5 * call1 / loop["round_ms"], rel=1e-2)
     assert doc["projection"]["source"]["kind"] == "given on the command line"
+    assert doc["projection"]["label"] == LABEL_GIVEN
 
 
 def test_k1_always_measured_for_the_ratio() -> None:

@@ -6,7 +6,13 @@ import torch
 
 from diffspec.ar_image.token_stats import per_token_entropy
 from diffspec.data import render_shapes
-from diffspec.models import REFERENCE_CLASSIFIERS, SHIPPED_MODELS, class_accuracy, load_ar_target, reference_fid
+from diffspec.models import (
+    REFERENCE_CLASSIFIERS,
+    SHIPPED_MODELS,
+    class_accuracy,
+    load_ar_target,
+    reference_fid,
+)
 
 NOISY = {"background": "textured", "texture_strength": 0.7, "noise": 0.4}  # tiny-ar-noisy's data variant
 
