@@ -2,8 +2,9 @@
 
 The projection multiplies two things measured in different places and says so: the per-call cost
 measured by the suite (random weights, real-size config, this machine) and the step compression
-(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on a trained reference model (by default
-``tiny-ar-noisy``, whose next-token laws are as flat as published models') by the ``ar-image`` suite (a committed CPU JSON, or figures given with ``--set step_compression=...``):
+(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on a trained reference model by the
+``ar-image`` suite (a committed CPU JSON, by default ``tiny-ar-noisy``'s, whose next-token laws are as flat
+as published models'; or figures given with ``--set step_compression=...``):
 ``projected speedup = plain time / (calls x call(L))`` with ``plain time = N x call(1)`` and
 ``calls = N / step_compression``.
 
