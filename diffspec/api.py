@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from .ar_image.config import GSDConfig, MCSJDConfig, SJDConfig, SJDPACConfig
+from .ar_image.config import GSDConfig, MCSJDConfig, MCSJDRAConfig, SJDConfig, SJDPACConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
@@ -62,6 +62,8 @@ _REGISTRY: dict[str, MethodInfo] = {
               "SJD with maximal coupling of successive draws"),
         _info(SJDPACConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
               "MC-SJD plus a tree of alternatives at the window start (SJD-PAC style, recursive rejection)"),
+        _info(MCSJDRAConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
+              "MC-SJD plus residual alternatives: Gumbel-ranked siblings whose rows serve the first rejection"),
         _info(GSDConfig, "diffspec.pipelines.ar_image:ARImagePipeline",
               "grouped speculative decoding (relaxed group acceptance in the MC-SJD loop)"),
         _info(LanternConfig, "diffspec.pipelines.lantern:LanternPipeline",

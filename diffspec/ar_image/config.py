@@ -168,6 +168,50 @@ class SJDPACConfig(ARSamplingConfig):
 
 
 @dataclass(frozen=True)
+class MCSJDRAConfig(ARSamplingConfig):
+    """MC-SJD plus residual alternatives (method ``mc-sjd-ra``), exact.
+
+    A round ends at its first rejected draft, and the token drawn there in its place makes every later draft
+    stale. Each round therefore also feeds, in the same target call, ``width`` siblings for each of the
+    window's first ``depth`` drafts (the tokens ranking highest on ``log q + g`` for a fresh Gumbel vector
+    ``g``), each followed by copies of the chain's next ``follow`` drafts. A rejected draft's replacement is
+    drawn as ``argmax(log (p - q)_+ + g)``, which is exactly the residual law; when it is one of
+    the siblings, the sibling's rows give the exact laws of the next tokens, and the round also commits
+    those (the chain's copies kept where modified rejection sampling accepts them). See
+    :mod:`diffspec.ar_image.residual`.
+
+    Args:
+        window: drafts of the main chain verified per call (as :class:`MCSJDConfig`).
+        width: siblings per draft (must be below the codebook size).
+        depth: window offsets that get siblings (clipped to ``window - 1``).
+        follow: chain drafts copied under each sibling (0: the sibling alone, one extra token on a hit).
+        init, temperature, top_k, top_p: see :class:`SJDConfig`.
+
+    The tokens fed per call are ``window + depth * width * (1 + follow)`` (192 at the defaults).
+
+    Example:
+        >>> MCSJDRAConfig().width, MCSJDRAConfig().depth, MCSJDRAConfig().follow
+        (4, 8, 3)
+    """
+
+    method: ClassVar[str] = "mc-sjd-ra"
+
+    window: int = 64
+    width: int = 4
+    depth: int = 8
+    follow: int = 3
+    init: str = "repeat"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("window", self.window, 1, 4096)
+        check_int("width", self.width, 1, 64)
+        check_int("depth", self.depth, 1, 4096)
+        check_int("follow", self.follow, 0, 64)
+        check_choice("init", self.init, INITS)
+
+
+@dataclass(frozen=True)
 class GSDConfig(ARSamplingConfig):
     """Grouped speculative decoding (method ``gsd``, So et al. ICCV 2025), relaxed (not exact).
 
@@ -263,3 +307,23 @@ class GSDConfig(ARSamplingConfig):
         check_choice("cluster_rule", self.cluster_rule, CLUSTER_RULES)
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)
+
+
+def tokens_fed_per_call(config: ARSamplingConfig, num_tokens: int) -> int:
+    """Tokens one verification call feeds per image (and CFG branch) for ``config`` on ``num_tokens``-token images:
+    the last committed token plus the window's drafts, plus the tree nodes of ``sjd-pac`` / ``mc-sjd-ra``.
+
+    Example:
+        >>> tokens_fed_per_call(MCSJDConfig(), 256), tokens_fed_per_call(MCSJDRAConfig(), 256)
+        (65, 193)
+    """
+    window = getattr(config, "window", None)
+    if window is None:
+        raise ValueError(f"{config.method}: no verification window (a Jacobi-family method is needed)")
+    length = min(window, num_tokens - 1)
+    if isinstance(config, MCSJDRAConfig):
+        return 1 + length + min(config.depth, max(length - 1, 0)) * config.width * (1 + config.follow)
+    if isinstance(config, SJDPACConfig):
+        depth = min(config.depth, max(length, 1))
+        return 1 + sum(config.width ** d for d in range(1, depth + 1)) + max(length - depth, 0)
+    return 1 + length

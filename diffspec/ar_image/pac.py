@@ -158,6 +158,25 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, nodes: torch.Tensor, ok: torch.T
     return out, path, lead, torch.where(alive, cur, -1), cur_p
 
 
+def start_tree_sampling(session: ARSession, num_tokens: int, sampling: dict[str, Any], generator: Generators,
+                        method: str) -> torch.Tensor:
+    """``(B, num_tokens)`` tokens holding the first image token (drawn from the prefill's row), for a sampler whose
+    rounds verify token trees (``sjd-pac``, ``mc-sjd-ra``).
+
+    Raises:
+        ValueError: the session cannot verify token trees (no ``step_tree``).
+    """
+    if not hasattr(session, "step_tree"):
+        raise ValueError(f"{type(session).__name__} cannot verify token trees (step_tree): {method} needs a "
+                         "LlamaGen-style or toy session; use mc-sjd")
+    dev = session.first_logits.device
+    batch = session.batch_size
+    tokens = torch.zeros(batch, num_tokens, dtype=torch.long, device=dev)
+    first = window_forced(session, torch.zeros(batch, dtype=torch.long, device=dev))
+    tokens[:, 0] = sample(force(warp(session.first_logits, **sampling), first), generator)
+    return tokens
+
+
 def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, depth: int, init: str,
                sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None, bar: Any = None,
                _no_residual: bool = False) -> torch.Tensor:
@@ -179,16 +198,9 @@ def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, dep
     Raises:
         ValueError: the session cannot verify token trees.
     """
-    if not hasattr(session, "step_tree"):
-        raise ValueError(f"{type(session).__name__} cannot verify token trees (step_tree): sjd-pac needs a "
-                         "LlamaGen-style or toy session; use mc-sjd")
-    batch, n = session.batch_size, num_tokens
-    dev = session.first_logits.device
-    vocab = session.first_logits.shape[-1]
-    tokens = torch.zeros(batch, n, dtype=torch.long, device=dev)
-    p0 = force(warp(session.first_logits, **sampling), window_forced(session, torch.zeros(batch, dtype=torch.long,
-                                                                                           device=dev)))
-    tokens[:, 0] = sample(p0, generator)
+    tokens = start_tree_sampling(session, num_tokens, sampling, generator, "sjd-pac")
+    batch, n = tokens.shape
+    dev, vocab = tokens.device, session.first_logits.shape[-1]
     commit = torch.ones(batch, dtype=torch.long, device=dev)
     calls, row_calls = 1, torch.ones(batch, device=dev)
     accepted = torch.zeros((), dtype=torch.long, device=dev)

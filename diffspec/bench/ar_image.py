@@ -6,7 +6,8 @@ decoding, one target call per token), ``sjd`` (window 16, its default), ``sjd-L6
 MC-SJD window: the equal-window comparison), ``mc-sjd`` (maximal coupling, window 64),
 ``mc-sjd-gumbel``, ``mc-sjd-uniform`` (first drafts uniform random tokens instead of the default
 left-token repeat), ``sjd-pac`` (mc-sjd + a 4 x 3 tree of alternatives at the window start, exact,
-window 64), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop; ``-cb05`` /
+window 64), ``mc-sjd-ra`` / ``mc-sjd-ra-w8f6`` (mc-sjd + residual alternatives, exact: 4 siblings for each of
+the first 8 drafts, each followed by 3 chain copies / 8 siblings followed by 6), and the relaxed ``gsd-G25`` / ``gsd-G50`` (grouped acceptance in the mc-sjd loop; ``-cb05`` /
 ``-cb15``: distance filter on the VQ codebook at the nearest 5% / 15% of code pairs, ``-emb05`` /
 ``-emb10``: on the input embeddings at 5% / 10%; ``-dp0.3`` / ``-dp0.4``: probability-gap filter 0.3 / 0.4; ``-tv0.2``:
 ``max_tv=0.2``, the acceptance clamped to within 0.2 of the exact test's; ``-run0`` / ``-run1``: ``min_run=0`` / ``1``,
@@ -52,6 +53,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "mc-sjd-gumbel": {"method": "mc-sjd", "coupling": "gumbel"},
     "mc-sjd-uniform": {"method": "mc-sjd", "init": "uniform"},
     "sjd-pac": {"method": "sjd-pac"},
+    "mc-sjd-ra": {"method": "mc-sjd-ra"},
+    "mc-sjd-ra-w8f6": {"method": "mc-sjd-ra", "width": 8, "follow": 6},
     "gsd-G25": {"method": "gsd", "group_size": 25},
     "gsd-G50": {"method": "gsd", "group_size": 50},
     "gsd-G50-cb05": {"method": "gsd", "group_size": 50, "embed_source": "codebook", "embed_quantile": 0.05},

@@ -41,7 +41,7 @@ from ..ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from ..ar_image.llamagen_session import LlamaGenTarget
 from ..config import check_choice, check_float, check_int
 from ..progress import progress
-from .ar_image_cost_report import project, read_compression
+from .ar_image_cost_report import fed_k, project, read_compression
 from .timing import latency_summary, synchronize
 
 COST_CONFIGS: dict[str, dict[str, int]] = {
@@ -277,12 +277,13 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
         for k in ks_base:
             if k > n:
                 raise ValueError(f"ks={k} is out of range for tokens={n}: allowed [1, {n}]")
-    extra_windows = set(windows) | {c["window"] for c in compression}
     rows_per_image = 2 if guidance != 1.0 else 1
     runs: list[dict[str, Any]] = []
     configs: dict[str, Any] = {}
-    ks_by_tokens = {n: tuple(sorted({1, *ks_base} | {min(w, n - 1) + 1 for w in extra_windows}))
-                    for n in tokens_list}  # K = 1 is every cost ratio's denominator
+    # K = 1 is every cost ratio's denominator; a tree larger than the image cannot be timed as one contiguous call
+    fed = {n: {fed_k(c, n) for c in compression} for n in tokens_list}
+    ks_by_tokens = {n: tuple(sorted({1, *ks_base} | {min(w, n - 1) + 1 for w in windows} | {k for k in fed[n] if k <= n}))
+                    for n in tokens_list}
     for name in names:
         for n in tokens_list:
             ks = ks_by_tokens[n]

@@ -2,11 +2,12 @@
 
 The projection multiplies two things measured in different places and says so: the per-call cost
 measured by the suite (random weights, real-size config, this machine) and the step compression
-(image tokens per target call) of ``sjd`` / ``mc-sjd`` measured on a trained reference model by the
-``ar-image`` suite (a committed CPU JSON, by default ``tiny-ar-noisy``'s, whose next-token laws are as flat
-as published models'; or figures given with ``--set step_compression=...``):
-``projected speedup = plain time / (calls x call(L))`` with ``plain time = N x call(1)`` and
-``calls = N / step_compression``.
+(image tokens per target call) of ``sjd`` / ``mc-sjd`` / ``sjd-pac`` / ``mc-sjd-ra`` measured on a trained
+reference model by the ``ar-image`` suite (a committed CPU JSON, by default ``tiny-ar-noisy``'s, whose next-token
+laws are as flat as published models'; or figures given with ``--set step_compression=...``):
+``projected speedup = plain time / (calls x call(K))`` with ``plain time = N x call(1)``,
+``calls = N / step_compression`` and ``K`` the tokens the method feeds per call
+(:func:`~diffspec.ar_image.config.tokens_fed_per_call`: ``L + 1`` for a window of ``L``, more for the tree methods).
 
 Example:
     >>> read_compression(None, "mc-sjd@64:3.8")[0]
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..ar_image.config import MCSJDConfig, MCSJDRAConfig, SJDConfig, SJDPACConfig, tokens_fed_per_call
 from ..config import check_float, check_int
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ar-image-tiny-ar-noisy-cpu.json"
@@ -32,6 +34,22 @@ LABEL = "projected: cost measured here x acceptance measured on the trained {mod
 """The projection's label; ``{model}`` is the acceptance source's model (:data:`LABEL_GIVEN` without one)."""
 LABEL_GIVEN = "projected: cost measured here x step compression given on the command line"
 GOAL_MODEL, GOAL_WINDOW, GOAL_OVERHEAD = "llamagen-7b-size", 64, 0.05
+PROJECTED_CONFIGS = {c.method: c for c in (SJDConfig, MCSJDConfig, SJDPACConfig, MCSJDRAConfig)}
+"""Exact ``ar-image`` methods the projection reads, by method name."""
+
+
+def fed_k(entry: dict[str, Any], num_tokens: int) -> int:
+    """Tokens per call ``K`` of a compression entry on ``num_tokens``-token images (its ``config``, else its window).
+
+    Example:
+        >>> fed_k({"method": "mc-sjd", "window": 64}, 256)
+        65
+    """
+    cfg = entry.get("config")
+    if cfg is None:
+        return min(entry["window"], num_tokens - 1) + 1
+    config = PROJECTED_CONFIGS[cfg["method"]]
+    return tokens_fed_per_call(config(**{k: v for k, v in cfg.items() if k != "method"}), num_tokens)
 
 
 def _parse_given(text: str) -> list[dict[str, Any]]:
@@ -72,11 +90,11 @@ def read_compression(path: str | Path | None, given: str | None) -> tuple[list[d
     entries = []
     for run in doc["runs"]:
         cfg = run.get("config", {})
-        if cfg.get("method") not in ("sjd", "mc-sjd") or "window" not in cfg:
+        if cfg.get("method") not in PROJECTED_CONFIGS or "window" not in cfg:
             continue
         q = run.get("quality", {})
         per_image = q.get("step_compression_per_image")
-        entries.append({"method": run["method"], "window": int(cfg["window"]),
+        entries.append({"method": run["method"], "window": int(cfg["window"]), "config": cfg,
                         "step_compression": per_image if per_image is not None else run["step_compression"],
                         "field": "quality.step_compression_per_image" if per_image is not None else "step_compression",
                         "per_chunk": q.get("step_compression_per_chunk")})
@@ -104,7 +122,7 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
         if k != 1:
             continue
         for c in compression:
-            kw = min(c["window"], n - 1) + 1
+            kw = fed_k(c, n)
             call_l = calls.get((model, n, b, kw))
             if call_l is None:
                 continue
@@ -113,8 +131,8 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
                    "step_compression": sc, "plain_ms_per_image": round(n * call1, 3),
                    "speculative_ms_per_image": round(n / sc * call_l, 3),
                    "projected_speedup": round(sc * call1 / call_l, 3)}
-            loop = rounds.get((model, n, b, c["window"]))
-            if loop is not None:
+            loop = rounds.get((model, n, b, c["window"])) if kw == min(c["window"], n - 1) + 1 else None
+            if loop is not None:  # a Jacobi window's loop (the tree methods' rounds are not timed)
                 row["projected_speedup_with_loop"] = round(sc * call1 / loop, 3)
             rows.append(row)
     model = source.get("model")
@@ -122,7 +140,9 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
     facts += [f"median top-1 probability {source['median_top1_prob']}"] if source.get("median_top1_prob") else []
     where = f"{model} ({'; '.join(facts)})" if model else "the figures given"
     return {"label": LABEL.format(model=model) if model else LABEL_GIVEN, "source": source, "rows": rows,
-            "notes": ["projected_speedup = step_compression x call(1) / call(L + 1): forwards only (the plain "
+            "notes": ["projected_speedup = step_compression x call(1) / call(K), K = the tokens fed per call (L + 1 "
+                      "for a window of L; the tree methods feed their nodes too, attended through a tree mask): "
+                      "forwards only (the plain "
                       "loop's own sampling time is left out, which favours the baseline); "
                       "projected_speedup_with_loop replaces call(L + 1) by the measured mc-sjd round at window L "
                       "(used for sjd's entry too: its round differs by one independent draw instead of reusing "
@@ -177,13 +197,12 @@ def cost_table(doc: dict[str, Any]) -> str:
                  f"{r['in_round']['overhead']:.1%} |" for r in loops]
     proj = doc.get("projection", {}).get("rows", [])
     if proj:
-        rows += ["", f"{LABEL}:", "", "| model | tokens | batch | method | window | step compression | "
-                 "projected speedup | with loop |", "|---|---:|---:|---|---:|---:|---:|---:|"]
-        rows += [f"| {p['model']} | {p['tokens']} | {p['batch']} | {p['method']} | {p['window']} | "
+        rows += ["", f"{doc['projection']['label']}:", "", "| model | tokens | batch | method | window | K fed | "
+                 "step compression | projected speedup | with loop |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+        rows += [f"| {p['model']} | {p['tokens']} | {p['batch']} | {p['method']} | {p['window']} | {p['k']} | "
                  f"{p['step_compression']:.2f} | {p['projected_speedup']:.2f}x | "
-                 f"{p['projected_speedup_with_loop']:.2f}x |" if "projected_speedup_with_loop" in p else
-                 f"| {p['model']} | {p['tokens']} | {p['batch']} | {p['method']} | {p['window']} | "
-                 f"{p['step_compression']:.2f} | {p['projected_speedup']:.2f}x | - |" for p in proj]
+                 + (f"{p['projected_speedup_with_loop']:.2f}x |" if "projected_speedup_with_loop" in p else "- |")
+                 for p in proj]
     goal = doc.get("goal", {})
     rows += ["", f"goal ({goal.get('goal')}): " + ("not checked: " + goal.get("reason", "")
                                                    if goal.get("met") is None else

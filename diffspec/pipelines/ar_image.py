@@ -1,4 +1,4 @@
-"""``sjd`` / ``mc-sjd`` / ``sjd-pac`` (exact) and ``gsd`` (relaxed) on AR image targets: Jacobi decoding, same call as the target.
+"""``sjd`` / ``mc-sjd`` / ``sjd-pac`` / ``mc-sjd-ra`` (exact) and ``gsd`` (relaxed) on AR image targets: Jacobi decoding, same call as the target.
 
 The wrapper drives an :class:`~diffspec.ar_image.target.ARImageTarget` (LlamaGen-style model,
 the toy table target, adapters) through its session protocol; the target's own call is the plain
@@ -19,11 +19,12 @@ import torch
 
 from ..api import SpeculativePipeline
 from ..ar_image.cluster import ClusterAcceptance
-from ..ar_image.config import GSDConfig, MCSJDConfig, SJDConfig, SJDPACConfig
+from ..ar_image.config import GSDConfig, MCSJDConfig, MCSJDRAConfig, SJDConfig, SJDPACConfig
 from ..ar_image.group import GroupAcceptance, distance_quantile
 from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.pac import pac_sample
 from ..ar_image.plain import finish, open_session, plain_sample
+from ..ar_image.residual import residual_sample
 from ..ar_image.sampling import Generators
 from ..ar_image.target import ARImageTarget
 from ..config import MethodConfig
@@ -31,7 +32,7 @@ from ..progress import progress
 
 
 class ARImagePipeline(SpeculativePipeline):
-    """An AR image target sampled by speculative Jacobi decoding (``sjd``, ``mc-sjd``, ``sjd-pac``: exact; ``gsd``: relaxed).
+    """An AR image target sampled by speculative Jacobi decoding (``sjd``, ``mc-sjd``, ``sjd-pac``, ``mc-sjd-ra``: exact; ``gsd``: relaxed).
 
     Call it like the target: ``spec(class_labels=..., prompt=..., guidance_scale=..., generator=...,
     output_type="pil" | "np" | "pt" | "tokens", return_dict=True)``. ``temperature``, ``top_k`` and
@@ -45,7 +46,7 @@ class ARImagePipeline(SpeculativePipeline):
 
     family = "ar_image"
 
-    def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig | SJDPACConfig | GSDConfig) -> None:
+    def __init__(self, pipe: ARImageTarget, config: SJDConfig | MCSJDConfig | SJDPACConfig | MCSJDRAConfig | GSDConfig) -> None:
         super().__init__(pipe, config)
         self._progress_bar_config: dict[str, Any] = {}
         self._quantiles: dict[tuple[str, float], float] = {}  # gsd embed_quantile -> distance, per source
@@ -61,9 +62,9 @@ class ARImagePipeline(SpeculativePipeline):
         if not isinstance(target, ARImageTarget):
             raise ValueError(f"method {config.method!r} needs an ARImageTarget (diffspec.ar_image); "
                              f"got {type(target).__name__}")
-        if not isinstance(config, (SJDConfig, MCSJDConfig, SJDPACConfig, GSDConfig)):
+        if not isinstance(config, (SJDConfig, MCSJDConfig, SJDPACConfig, MCSJDRAConfig, GSDConfig)):
             raise ValueError(f"{type(config).__name__} is not an AR image Jacobi config (SJDConfig, MCSJDConfig, "
-                             "SJDPACConfig, GSDConfig)")
+                             "SJDPACConfig, MCSJDRAConfig, GSDConfig)")
         return cls(target, config)
 
     def _run(self, class_labels: Any = None, prompt: Any = None, guidance_scale: float | None = None,
@@ -88,6 +89,9 @@ class ARImagePipeline(SpeculativePipeline):
         if isinstance(config, SJDPACConfig):
             return pac_sample(session, self.pipe.num_tokens, config.window, config.width, config.depth, config.init,
                               config.sampling, generator, self.stats, bar)
+        if isinstance(config, MCSJDRAConfig):
+            return residual_sample(session, self.pipe.num_tokens, config.window, config.width, config.depth,
+                                   config.follow, config.init, config.sampling, generator, self.stats, bar)
         return jacobi_sample(session, self.pipe.num_tokens, config.window, config.coupling, config.init,
                              config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config))
 

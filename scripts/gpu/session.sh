@@ -13,11 +13,13 @@
 #   flux     issue 4: dit-cache on FLUX-size 1024^2, 50 steps, regional compile then eager           ~6-7 min
 #   mm       issue 8: multimodal-cost (7B-size VLM LMs, 1k-32k visual tokens, batch 1-8; e2e block)  ~7 min
 #   ar       issue 7: ar-image-cost (LlamaGen-XL and a 7B-size config, 256/576 tokens, batch 1-8)    ~2-4 min
+#   ar-ra    issue 7: the same calls costed for the tree methods (mc-sjd-ra, sjd-pac: K = their tree's
+#            tokens per call) with the acceptance of ar-image-tiny-ar-noisy-cpu-ra.json               ~2-4 min
 # Every estimate is unmeasured (no GPU was lent when this was written): read the log's timings and split a
 # stage (its commands are independent) if one comes near the limit. Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-stage="${1:?usage: session.sh kernels|exact|flux|mm|ar}"
+stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra}"
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -66,6 +68,11 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       timeout 570 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
         --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-h100.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar"; exit 2 ;;
+    ar-ra)
+      timeout 570 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
+        --methods call --set acceptance_json=benchmarks/results/ar-image-tiny-ar-noisy-cpu-ra.json \
+        --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-h100-ra.json"
+      ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

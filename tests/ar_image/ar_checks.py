@@ -33,3 +33,35 @@ def chi2_two_sample(a: torch.Tensor, b: torch.Tensor, cells: int, min_count: flo
     if table.shape[1] < 2:
         return 1.0
     return float(stats.chi2_contingency(table.numpy(), correction=False)[1])
+
+
+def check_cfg_forced_and_warpers(run, samples: int = 100_000) -> None:
+    """A sampler on a toy table with two forced positions, CFG 2.5 and every warper: forced tokens are kept, the joint
+    law is the guided, warped one (and not the unguided one), and every call evaluates both CFG branches.
+
+    ``run(target, labels, guidance_scale, sampling, stats)`` returns the sampled tokens.
+    """
+    from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+    from diffspec.stats import SpecStats
+
+    target = ToyTableTarget(vocab=4, grid=(2, 3), seed=1, forced={2: 3, 4: 0})
+    sampling = {"temperature": 0.8, "top_k": 3, "top_p": 0.95}
+    counters = SpecStats()
+    tokens = run(target, [0] * samples, 2.5, sampling, counters)
+    assert bool((tokens[:, 2] == 3).all()) and bool((tokens[:, 4] == 0).all())
+    law = target.joint(0, guidance_scale=2.5, **sampling)
+    assert chi2_fit(sequence_codes(tokens, 4), law)[2] > 1e-3
+    assert counters.target_evals == 2 * counters.target_calls
+    assert chi2_fit(sequence_codes(tokens, 4), target.joint(0, guidance_scale=1.0))[2] < 1e-8
+
+
+def toy_greedy_case() -> tuple:
+    """``(target, labels, reference)``: a toy table with a forced position and CFG 1.7, and its plain greedy tokens."""
+    from diffspec.ar_image.plain import plain_sample
+    from diffspec.ar_image.toy import ToyTableTarget
+
+    target = ToyTableTarget(vocab=5, grid=(4, 6), seed=2, scale=1.0, forced={7: 1})
+    labels = [0, 1, 1, 0, 1, 0, 0, 1]
+    ref = plain_sample(target.start(class_labels=labels, guidance_scale=1.7), target.num_tokens,
+                       {"temperature": 0.0}, torch.Generator().manual_seed(0))
+    return target, labels, ref

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from ar_checks import chi2_fit
+from ar_checks import check_cfg_forced_and_warpers, chi2_fit, toy_greedy_case
+from ar_stepping import tiny_llamagen_target
 
-from diffspec.ar_image.config import SJDPACConfig
+from diffspec.ar_image.config import SJDPACConfig, tokens_fed_per_call
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.lantern_tree import StaticTree
 from diffspec.ar_image.pac import pac_layout, pac_sample
@@ -61,23 +62,13 @@ def test_planted_bias_no_residual_update_is_rejected():
 
 
 def test_cfg_forced_tokens_and_warpers():
-    target = ToyTableTarget(vocab=4, grid=(2, 3), seed=1, forced={2: 3, 4: 0})
-    sampling = {"temperature": 0.8, "top_k": 3, "top_p": 0.95}
-    stats = SpecStats()
-    tokens = pac(target, [0] * M, 3, 3, 2, guidance_scale=2.5, sampling=sampling, stats=stats)
-    assert bool((tokens[:, 2] == 3).all()) and bool((tokens[:, 4] == 0).all())
-    law = target.joint(0, guidance_scale=2.5, **sampling)
-    assert chi2_fit(sequence_codes(tokens, 4), law)[2] > 1e-3
-    assert stats.target_evals == 2 * stats.target_calls
-    assert chi2_fit(sequence_codes(tokens, 4), target.joint(0, guidance_scale=1.0))[2] < 1e-8
+    check_cfg_forced_and_warpers(lambda target, labels, cfg, sampling, stats: pac(
+        target, labels, 3, 3, 2, guidance_scale=cfg, sampling=sampling, stats=stats))
 
 
 @pytest.mark.parametrize("init", ["uniform", "repeat"])
 def test_greedy_is_identical_to_plain(init):
-    target = ToyTableTarget(vocab=5, grid=(4, 6), seed=2, scale=1.0, forced={7: 1})
-    labels = [0, 1, 1, 0, 1, 0, 0, 1]
-    ref = plain_sample(target.start(class_labels=labels, guidance_scale=1.7), target.num_tokens,
-                       {"temperature": 0.0}, gen())
+    target, labels, ref = toy_greedy_case()
     for window, width, depth in ((1, 4, 3), (3, 2, 3), (8, 4, 3), (40, 3, 2)):
         out = pac(target, labels, window, width, depth, init, guidance_scale=1.7, sampling={"temperature": 0.0})
         assert torch.equal(out, ref)
@@ -99,6 +90,7 @@ def test_alternatives_raise_tokens_per_call_over_mc_sjd():
     pac(target, [0] * 512, 16, 4, 3, stats=tree)
     assert tree.target_calls == tree.extra["iterations"] + 1
     assert tree.extra["tree_nodes"] == 4 + 16 + 64 + 13
+    assert tokens_fed_per_call(SJDPACConfig(window=16), target.num_tokens) == tree.extra["tree_nodes"] + 1
     assert tree.extra["tokens_per_call"] > mc.extra["tokens_per_call"] + 0.1
 
 
@@ -124,16 +116,7 @@ def test_session_without_trees_is_refused():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_greedy_identical_to_plain_on_llamagen_kv_cache(seed):
     """The real static KV cache path (step_tree, commit_tree, ragged rows, CFG) on a random tiny LlamaGen."""
-    from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-    from diffspec.ar_image.llamagen_session import LlamaGenTarget
-
-    torch.manual_seed(seed)
-    cfg = LlamaGenConfig(dim=32, n_layer=2, n_head=2, vocab_size=24, num_classes=5, block_size=16, multiple_of=16,
-                         token_dropout_p=0.0, resid_dropout_p=0.0, ffn_dropout_p=0.0)
-    model = LlamaGenTransformer(cfg).eval()
-    with torch.no_grad():
-        model.output.weight.normal_(std=0.5)
-    target = LlamaGenTarget(model)
+    target = tiny_llamagen_target(seed)
     labels, greedy = [0, 3, 1, 4], {"temperature": 0.0}
     ref = plain_sample(target.start(class_labels=labels, guidance_scale=2.0), 16, greedy, gen())
     for window, width, depth in ((4, 4, 3), (40, 3, 2), (1, 2, 1)):

@@ -9,7 +9,13 @@ import torch
 
 from diffspec.bench import SUITES, run_bench
 from diffspec.bench.ar_image_cost import RoundClock, _Stop, build_cost_model, run_ar_image_cost, time_rounds
-from diffspec.bench.ar_image_cost_report import DEFAULT_SOURCE, LABEL, LABEL_GIVEN, read_compression
+from diffspec.bench.ar_image_cost_report import (
+    DEFAULT_SOURCE,
+    LABEL,
+    LABEL_GIVEN,
+    cost_table,
+    read_compression,
+)
 from diffspec.cli import main
 
 SMALL = {"tokens": 16, "ks": "1,4", "batches": "1,2", "windows": 4}
@@ -58,6 +64,8 @@ def test_projection_from_committed_tiny_ar_json(doc: dict) -> None:
     call = {r["config"]["k"]: r["call_ms"] for r in doc["runs"] if r["part"] == "call" and r["config"]["batch"] == 1}
     assert row["k"] == 16  # window 64 clipped to the 16-token image
     assert row["projected_speedup"] == pytest.approx(row["step_compression"] * call[1] / call[16], rel=1e-2)
+    table = cost_table(doc)  # the markdown names the source's model and the tokens fed per call
+    assert f"{proj['label']}:" in table and "{model}" not in table and "| K fed |" in table
 
 
 def test_given_compression_and_loop_projection() -> None:
@@ -70,6 +78,28 @@ def test_given_compression_and_loop_projection() -> None:
     assert row["projected_speedup_with_loop"] == pytest.approx(2.5 * call1 / loop["round_ms"], rel=1e-2)
     assert doc["projection"]["source"]["kind"] == "given on the command line"
     assert doc["projection"]["label"] == LABEL_GIVEN
+
+
+def test_tree_methods_project_with_the_tokens_they_feed(tmp_path) -> None:
+    """``mc-sjd-ra`` / ``sjd-pac`` entries are costed at K = their tree's tokens per call, not at their window."""
+    from diffspec.ar_image.config import MCSJDRAConfig, SJDPACConfig, tokens_fed_per_call
+
+    ra = MCSJDRAConfig(window=4, width=1, depth=2, follow=1)
+    pac = SJDPACConfig(window=64, width=2, depth=2)
+    source = {"suite": "ar-image", "model": {"name": "toy"}, "workload": {"tokens": 64}, "runs": [
+        {"method": "mc-sjd-ra-small", "config": ra.to_dict(), "step_compression": 3.0},
+        {"method": "sjd-pac", "config": pac.to_dict(), "step_compression": 4.0}]}
+    path = tmp_path / "source.json"
+    path.write_text(json.dumps(source))
+    doc = run_ar_image_cost("tiny", methods=["call"], device="cpu", repeats=1, warmup=0, show_progress=False,
+                            overrides={"tokens": 16, "ks": 1, "batches": 1, "acceptance_json": str(path)})
+    k_ra, k_pac = tokens_fed_per_call(ra, 16), tokens_fed_per_call(pac, 16)
+    assert (k_ra, k_pac) == (1 + 4 + 2 * 1 * 2, 1 + 2 + 4 + 13)
+    assert doc["workload"]["ks"] == {"16": [1, k_ra]}  # the 20-token pac tree exceeds the image: not timed
+    (row,) = doc["projection"]["rows"]
+    call = {r["config"]["k"]: r["call_ms"] for r in doc["runs"]}
+    assert row["method"] == "mc-sjd-ra-small" and row["k"] == k_ra and "projected_speedup_with_loop" not in row
+    assert row["projected_speedup"] == pytest.approx(3.0 * call[1] / call[k_ra], rel=1e-2)
 
 
 def test_k1_always_measured_for_the_ratio() -> None:

@@ -1,0 +1,219 @@
+"""Residual alternatives: MC-SJD whose first rejection often comes with a fresh row for the next token, exact.
+
+Where does MC-SJD lose? A round ends at its first rejected draft ``j``: the token committed there is a
+residual draw, so every draft after it was drafted in a context that is now wrong. The next round's
+first draft (``j + 1``, the new window start) is rejected most often of all (on ``tiny-ar-noisy`` 40%
+of rounds end there). This sampler prepares, in the same target call, the rows that the residual
+draw will need:
+
+1. before the call, one fresh Gumbel vector ``g_k`` per window offset ``k < depth``; the ``width``
+   siblings of the draft at offset ``k`` are the tokens ranking highest on ``log q_k + g_k`` (the
+   draft itself excluded), fed as extra tree nodes whose parent is the draft chain up to ``k - 1``
+   (``session.step_tree``), each followed by copies of the chain's next ``follow`` drafts: the group's
+   rows are the laws of offsets ``k + 1 .. k + 1 + follow`` given the sibling;
+2. the chain is verified as in mc-sjd (vectorised modified rejection sampling), but at offsets
+   ``k < depth`` the residual token of a rejected draft is drawn as ``argmax(log (p_k - q_k)_+ + g_k)``:
+   a Gumbel-max draw of the residual law, since ``g_k`` is independent of the acceptance test;
+3. when the residual token at the first rejection ``j`` is one of its siblings (``g_k`` drives both
+   the ranking and the draw, so on flat laws it often is), that sibling's rows are the exact laws of
+   the next tokens: the round walks the copied drafts against them (modified rejection sampling, so the
+   chain's tokens are kept as often as possible and the next drafts' context changes little), commits
+   the accepted ones plus the draw at the first rejection, and the group's keys/values (``session.commit_tree``);
+4. the window then moves as in mc-sjd: positions left are re-drafted by the chain's outputs with
+   ``q`` = their new rows.
+
+Every committed token is drawn from its exact conditional law, so the output law is the target's.
+The cost is ``depth * width * (1 + follow)`` extra tokens per call (128 at the defaults, 4 x 8 x 4), and the
+work is batched: one Gumbel table, one top-k and one modified-rejection pass per round, no loop over tokens.
+
+Example:
+    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> stats = SpecStats()
+    >>> out = residual_sample(ToyTableTarget(seed=0).start(class_labels=[0, 1]), 6, window=4, width=2, depth=2,
+    ...                       follow=1, init="uniform", sampling={"temperature": 1.0},
+    ...                       generator=torch.Generator().manual_seed(0), stats=stats)
+    >>> out.shape, stats.extra["tree_nodes"]
+    (torch.Size([2, 6]), 12)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..stats import SpecStats
+from .jacobi import init_drafts, shift_window
+from .pac import start_tree_sampling
+from .plain import record_rounds, round_progress, window_forced
+from .sampling import Generators, force, gumbel, mrs, sample, uniform, warp
+
+if TYPE_CHECKING:
+    from .target import ARSession
+
+
+def sibling_layout(length: int, depth: int, width: int, follow: int, device: torch.device | str
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes fed per round: the draft chain (``length`` nodes), then ``width`` sibling groups per offset ``< depth``.
+
+    Group ``g = k * width + i`` (sibling ``i`` of offset ``k``) holds ``1 + follow`` nodes from
+    ``length + g * (1 + follow)``: the sibling (depth ``k + 1``) and copies of the chain's next
+    ``follow`` drafts under it. A group hangs under chain nodes ``< k`` and never sees another group.
+
+    Returns:
+        ``(depth (M,), ancestors (M, M) bool)`` in :meth:`step_tree`'s convention (ancestors include self).
+
+    Example:
+        >>> d, anc = sibling_layout(3, 2, 1, 1, "cpu")
+        >>> d.tolist(), anc[6].nonzero().flatten().tolist()
+        ([1, 2, 3, 1, 2, 2, 3], [0, 5, 6])
+    """
+    size = 1 + follow
+    groups = depth * width
+    offset = torch.arange(depth, device=device).repeat_interleave(width * size)  # offset of each group node's sibling
+    level = torch.arange(size, device=device).repeat(groups)
+    group = torch.arange(groups, device=device).repeat_interleave(size)
+    anc = torch.zeros(length + groups * size, length + groups * size, dtype=torch.bool, device=device)
+    anc[:length, :length] = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    anc[length:, :length] = torch.arange(length, device=device) < offset.unsqueeze(1)
+    anc[length:, length:] = (group.unsqueeze(1) == group) & (level.unsqueeze(0) <= level.unsqueeze(1))
+    return torch.cat([torch.arange(1, length + 1, device=device), offset + level + 1]), anc
+
+
+def residual_gumbel(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``argmax(log (p - q)_+ + noise)``: a draw of the residual law (``p`` where it has no mass) when ``noise`` is
+    fresh standard Gumbel noise, independent of everything else."""
+    res = (p - q).clamp_min(0)
+    res = torch.where(res.sum(-1, keepdim=True) > 0, res, p)
+    return (res.log() + noise).argmax(-1)
+
+
+def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: torch.Tensor, j: torch.Tensor,
+                   follow: int, in_image: torch.Tensor, generator: Generators, stale: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens after a sibling that the residual draw at offset ``j`` picked, from its group's fresh rows.
+
+    The chain's drafts at offsets ``j + 1 .. j + 1 + follow`` are tested (modified rejection sampling,
+    so the output keeps the chain's tokens as often as it can) against the group's rows, which hold
+    their laws given the sibling; the walk stops at the first rejection.
+
+    Args:
+        p: ``(B, 1 + M, V)`` the round's rows; ``base`` ``(B,)``: the group's first node.
+        q, draft: ``(B, L, V)`` / ``(B, L)`` the chain's laws and drafts.
+        j: ``(B,)`` offset of the sibling.
+        in_image: ``(B, L + 1)`` offset is inside the image.
+        stale: test-only planted bias: use the chain's rows (conditioned on the rejected draft).
+
+    Returns:
+        ``(tokens (B, 1 + follow) at offsets j + 1 + l, count (B,))``: the first ``count`` are drawn.
+    """
+    batch, length = draft.shape
+    rows = torch.arange(batch, device=p.device).unsqueeze(1)
+    lv = torch.arange(follow + 1, device=p.device)
+    off = j.unsqueeze(1) + 1 + lv  # (B, 1 + follow) offsets of the tested drafts
+    idx = off if stale else 1 + base.unsqueeze(1) + lv  # chain row of offset o: o; group node r's row: 1 + r
+    law = p[rows, idx.clamp(max=p.shape[1] - 1)]
+    in_window = off < length
+    o = off.clamp(max=length - 1)
+    test = mrs(law, q[rows, o], draft[rows, o], generator)
+    tokens = torch.where(in_window, test.tokens, sample(law, generator))
+    go = (test.accepted & in_window & in_image.gather(1, off.clamp(max=length)))[:, :follow]
+    return tokens, go.long().cumprod(1).sum(1) + 1
+
+
+def residual_sample(session: ARSession, num_tokens: int, window: int, width: int, depth: int, follow: int, init: str,
+                    sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
+                    bar: Any = None, _stale_rows: bool = False) -> torch.Tensor:
+    """Sample ``(B, num_tokens)`` image tokens with residual alternatives (see the module docstring); exact.
+
+    Args:
+        session: an open session with ``step_tree``/``commit_tree`` (LlamaGen-style, the toy target).
+        num_tokens: image tokens per image.
+        window: chain drafts per call (clipped to ``num_tokens - 1``).
+        width: siblings per offset.
+        depth: offsets with siblings (clipped to ``window - 1``).
+        follow: copies of the chain's next drafts fed under each sibling (0: the sibling alone).
+        init: first-draft rule (:func:`~diffspec.ar_image.jacobi.init_drafts`).
+        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        generator: ``None``, a generator, or one per batch row.
+        stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
+            ``extra["residual_hits"]`` (rounds whose first rejection drew a sibling).
+        bar: a tqdm bar advanced by the tokens committed each round.
+        _stale_rows: test-only planted bias: the tokens after a picked sibling are drawn from the chain's
+            rows (conditioned on the rejected draft) instead of the sibling's; exactness tests must catch it.
+
+    Raises:
+        ValueError: the session cannot verify token trees.
+    """
+    tokens = start_tree_sampling(session, num_tokens, sampling, generator, "mc-sjd-ra")
+    batch, n = tokens.shape
+    dev, vocab = tokens.device, session.first_logits.shape[-1]
+    if width >= vocab:
+        raise ValueError(f"width={width} is out of range for a codebook of {vocab} tokens; must be in [1, {vocab - 1}]")
+    rows = torch.arange(batch, device=dev)
+    commit = torch.ones(batch, dtype=torch.long, device=dev)
+    calls, row_calls = 1, torch.ones(batch, device=dev)
+    accepted = torch.zeros((), dtype=torch.long, device=dev)
+    proposed, hits = torch.zeros_like(accepted), torch.zeros_like(accepted)
+    length = min(window, n - 1)
+    d_sib = min(depth, max(length - 1, 0))
+    size = 1 + follow
+    if bar is not None:
+        bar.update(batch)
+    if length > 0:
+        node_depth, anc = sibling_layout(length, d_sib, width, follow, dev)
+        ar = torch.arange(length + 1, device=dev)
+        rel = torch.cat([node_depth.new_zeros(1), node_depth])  # logits row r predicts commit + rel[r]
+        chain = torch.arange(length, device=dev)
+        copies = (torch.arange(d_sib, device=dev).unsqueeze(1) + torch.arange(1, size, device=dev)).clamp(max=length - 1)
+        drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator,
+                                window_forced(session, commit.unsqueeze(1) + ar[:length]))
+        tokens[:, 1:length + 1] = drafts
+        done, total = 1, batch
+        while done < n:
+            pos = commit.unsqueeze(1) + ar
+            valid = pos[:, :length] < n
+            draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
+            noise = gumbel(uniform((batch, d_sib, vocab), generator, dev))
+            score = q[:, :d_sib].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
+            siblings = score.scatter(-1, draft[:, :d_sib].unsqueeze(-1), float("-inf")).topk(width, -1).indices
+            follows = draft[:, copies].unsqueeze(2).expand(-1, -1, width, -1)  # (B, D, width, follow)
+            groups = torch.cat([siblings.unsqueeze(-1), follows], -1).flatten(1)
+            start = commit - 1
+            logits = session.step_tree(tokens.gather(1, start.unsqueeze(1)).squeeze(1), start,
+                                       torch.cat([draft, groups], 1), node_depth, anc)
+            calls += 1
+            row_calls += (commit < n).float()
+            p = force(warp(logits, **sampling), window_forced(session, commit.unsqueeze(1) + rel))
+            res = mrs(p[:, :length], q, draft, generator)
+            drawn = residual_gumbel(p[:, :d_sib], q[:, :d_sib], noise)
+            out = torch.cat([torch.where(res.accepted[:, :d_sib], res.tokens[:, :d_sib], drawn),
+                             res.tokens[:, d_sib:]], 1)
+            lead = (res.accepted & valid).long().cumprod(1).sum(1)
+            # the first rejection drew one of its siblings: that sibling's group holds the next tokens' laws
+            j = lead.clamp(max=max(d_sib - 1, 0))
+            match = (siblings[rows, j] == out[rows, j].unsqueeze(1)) if d_sib else torch.zeros(
+                batch, 1, dtype=torch.bool, device=dev)
+            hit = (lead < d_sib) & match.any(1) & (commit + lead + 1 < n)
+            base = length + (j * width + match.long().argmax(1)) * size
+            after, count = follow_sibling(p, q, draft, base, j, follow, pos < n, generator, _stale_rows)
+            count = torch.where(hit, count, 0)
+            hits += hit.sum()
+            accepted += (lead + (count - 1).clamp(min=0)).sum()
+            proposed += valid.sum()
+            commit_vals = torch.cat([out, sample(p[:, length], generator).unsqueeze(1)], 1)
+            lv = ar - j.unsqueeze(1) - 1  # commit_vals column -> index into `after`
+            mine = (lv >= 0) & (lv < count.unsqueeze(1))
+            commit_vals = torch.where(mine, after.gather(1, lv.clamp(0, follow)), commit_vals)
+            in_group = hit.unsqueeze(1) & (chain >= j.unsqueeze(1)) & (chain <= (j + follow).unsqueeze(1))
+            session.commit_tree(start, torch.where(in_group, base.unsqueeze(1) + chain - j.unsqueeze(1), chain))
+            new_commit = commit + torch.minimum(lead + 1 + count, n - commit)
+            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, out, p[:, :length], init,
+                                     generator)
+            commit = new_commit
+            done, total = round_progress(commit, bar, total)  # the round's one host sync
+    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    if stats is not None:
+        stats.extra["tree_nodes"] = length + d_sib * width * size
+        stats.extra["residual_hits"] = int(hits)
+    return tokens
