@@ -75,6 +75,29 @@ def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tens
     return drafts, q if forced is None else torch.where((forced >= 0).unsqueeze(-1), onehot, q)
 
 
+def first_window(session: ARSession, tokens: torch.Tensor, length: int, init: str,
+                 generator: Generators) -> torch.Tensor:
+    """Fill positions ``1 .. length`` of ``tokens`` ``(B, N)`` (one committed token so far) with first drafts.
+
+    Returns:
+        ``(B, length, V)`` the law each draft was drawn from (:func:`init_drafts`).
+    """
+    batch, vocab = tokens.shape[0], session.first_logits.shape[-1]
+    pos = 1 + torch.arange(length, device=tokens.device).expand(batch, -1)
+    drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator, window_forced(session, pos))
+    tokens[:, 1:length + 1] = drafts
+    return q
+
+
+def window_drafts(tokens: torch.Tensor, commit: torch.Tensor, length: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The window of each row: ``(pos (B, L + 1) absolute positions from the commit point, valid (B, L) inside the
+    image, draft (B, L) tokens)``."""
+    n = tokens.shape[1]
+    pos = commit.unsqueeze(1) + torch.arange(length + 1, device=tokens.device)
+    return pos, pos[:, :length] < n, tokens.gather(1, pos[:, :length].clamp(max=n - 1))
+
+
 def shift_window(session: ARSession, tokens: torch.Tensor, commit: torch.Tensor, new_commit: torch.Tensor,
                  commit_vals: torch.Tensor, redraft: torch.Tensor, q_re: torch.Tensor, init: str,
                  generator: Generators) -> tuple[torch.Tensor, torch.Tensor]:

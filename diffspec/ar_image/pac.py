@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..stats import SpecStats
-from .jacobi import init_drafts, shift_window
+from .jacobi import first_window, shift_window, window_drafts
 from .lantern_tree import StaticTree
 from .plain import record_rounds, round_progress, window_forced
 from .sampling import Generators, force, mrs, sample, warp
@@ -200,7 +200,7 @@ def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, dep
     """
     tokens = start_tree_sampling(session, num_tokens, sampling, generator, "sjd-pac")
     batch, n = tokens.shape
-    dev, vocab = tokens.device, session.first_logits.shape[-1]
+    dev = tokens.device
     commit = torch.ones(batch, dtype=torch.long, device=dev)
     calls, row_calls = 1, torch.ones(batch, device=dev)
     accepted = torch.zeros((), dtype=torch.long, device=dev)
@@ -215,14 +215,10 @@ def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, dep
         ar = torch.arange(length + 1, device=dev)
         rel = torch.cat([node_depth.new_zeros(1), node_depth])  # logits row r predicts commit + rel[r]
         chain_rows = torch.cat([chain.new_zeros(1), 1 + chain])  # row of chain position commit + k
-        drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator,
-                                window_forced(session, commit.unsqueeze(1) + ar[:length]))
-        tokens[:, 1:length + 1] = drafts
+        q = first_window(session, tokens, length, init, generator)
         done, total = 1, batch
         while done < n:
-            pos = commit.unsqueeze(1) + ar
-            valid = pos[:, :length] < n
-            draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
+            pos, valid, draft = window_drafts(tokens, commit, length)
             tree_nodes, ok = draft_alternatives(draft, q, tree, generator)
             nodes = torch.cat([tree_nodes, draft[:, d_tree:]], 1)
             ok = torch.cat([ok, torch.ones_like(draft[:, d_tree:], dtype=torch.bool)], 1)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..stats import SpecStats
-from .jacobi import init_drafts, shift_window
+from .jacobi import first_window, shift_window, window_drafts
 from .pac import start_tree_sampling
 from .plain import record_rounds, round_progress, window_forced
 from .sampling import Generators, force, gumbel, mrs, sample, uniform, warp
@@ -166,14 +166,10 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
         rel = torch.cat([node_depth.new_zeros(1), node_depth])  # logits row r predicts commit + rel[r]
         chain = torch.arange(length, device=dev)
         copies = (torch.arange(d_sib, device=dev).unsqueeze(1) + torch.arange(1, size, device=dev)).clamp(max=length - 1)
-        drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator,
-                                window_forced(session, commit.unsqueeze(1) + ar[:length]))
-        tokens[:, 1:length + 1] = drafts
+        q = first_window(session, tokens, length, init, generator)
         done, total = 1, batch
         while done < n:
-            pos = commit.unsqueeze(1) + ar
-            valid = pos[:, :length] < n
-            draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
+            pos, valid, draft = window_drafts(tokens, commit, length)
             noise = gumbel(uniform((batch, d_sib, vocab), generator, dev))
             score = q[:, :d_sib].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
             siblings = score.scatter(-1, draft[:, :d_sib].unsqueeze(-1), float("-inf")).topk(width, -1).indices
