@@ -132,20 +132,36 @@ class ClusterAcceptance:
         centroids = kmeans(v, clusters, KMEANS_ITERS, torch.Generator().manual_seed(seed))
         return cls(nearest_code(v, centroids), rule, group_onehot)
 
-    def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
-        """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
+    def _ids(self, p: torch.Tensor) -> torch.Tensor:
+        """The assignment on ``p``'s device (moved once, not copied on every call), checked against its codebook."""
         if p.shape[-1] != self.assignment.numel():
             raise ValueError(f"the partition covers {self.assignment.numel()} tokens; p has {p.shape[-1]}")
-        if self.assignment.device != p.device:  # moved once, not copied on every call
+        if self.assignment.device != p.device:
             self.assignment = self.assignment.to(p.device)
-        ids = self.assignment
+        return self.assignment
+
+    def emitted_law(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """``(..., V)`` the law the ``"min-tv"`` rule emits for drafts drawn from ``q``: :func:`min_tv_law`, or ``p``
+        where ``q`` is one-hot (unless ``group_onehot``). The rule is plain modified rejection sampling against it,
+        so a sampler may run that test itself (the residual alternatives of :mod:`~diffspec.ar_image.residual`).
+
+        Raises:
+            ValueError: the rule is ``"lumped"``, whose test is not rejection sampling against its emitted law.
+        """
+        if self.rule != "min-tv":
+            raise ValueError(f"rule={self.rule!r} has no rejection-sampling law; only 'min-tv' does")
+        q = q.to(p.dtype)
+        law = min_tv_law(p, q, self._ids(p), self.num_clusters)
+        return law if self.group_onehot else torch.where(point_mass(q).unsqueeze(-1), p, law)
+
+    def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
+        """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
+        ids = self._ids(p)
         q = q.to(p.dtype)
         exact = None if self.group_onehot else point_mass(q)  # one-hot drafts: the exact test
         u = uniform((*draft.shape, 2), generator, p.device)
         if self.rule == "min-tv":
-            law = min_tv_law(p, q, ids, self.num_clusters)
-            if exact is not None:
-                law = torch.where(exact.unsqueeze(-1), p, law)
+            law = self.emitted_law(p, q)
             res = mrs(law, q, draft, None, uniforms=u)
             return exact_twin(MRSResult(res.accepted, res.tokens, 0.5 * (law - p).abs().sum(-1)), p, q, draft, u)
         big_p = cluster_sum(p, ids, self.num_clusters)  # (..., K): P and Q of each cluster

@@ -260,11 +260,18 @@ class GSDConfig(ARSamplingConfig):
             and cluster law; inside a cluster the emitted law mixes the draft's and the target's).
         coupling: re-drafting of the window: ``"maximal"`` (MC-SJD, default), ``"gumbel"`` or
             ``"independent"`` (the paper's SJD loop).
+        width: with ``clusters`` and ``cluster_rule="min-tv"``: siblings per draft for residual alternatives
+            (the loop of :class:`MCSJDRAConfig`, every test and residual draw against the cluster rule's
+            emitted law); 0 (default): none, the Jacobi loop.
+        depth, follow: residual alternatives' offsets with siblings and chain drafts copied under each
+            (see :class:`MCSJDRAConfig`); used when ``width > 0``.
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
 
     Example:
         >>> GSDConfig(group_size=50).delta_p
         0.15
+        >>> GSDConfig(clusters=26, width=4).follow  # cluster test + residual alternatives
+        3
     """
 
     method: ClassVar[str] = "gsd"
@@ -283,6 +290,9 @@ class GSDConfig(ARSamplingConfig):
     cluster_rule: str = "min-tv"
     coupling: str = "maximal"
     init: str = "repeat"
+    width: int = 0
+    depth: int = 8
+    follow: int = 3
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -307,11 +317,24 @@ class GSDConfig(ARSamplingConfig):
         check_choice("cluster_rule", self.cluster_rule, CLUSTER_RULES)
         check_choice("coupling", self.coupling, COUPLINGS)
         check_choice("init", self.init, INITS)
+        check_int("width", self.width, 0, 64)
+        check_int("depth", self.depth, 1, 4096)
+        check_int("follow", self.follow, 0, 64)
+        if self.width and (self.clusters is None or self.cluster_rule != "min-tv" or self.coupling != "maximal"):
+            raise ValueError(f"width={self.width} (residual alternatives) needs clusters set, cluster_rule='min-tv' "
+                             f"and coupling='maximal'; got clusters={self.clusters!r}, "
+                             f"cluster_rule={self.cluster_rule!r}, coupling={self.coupling!r}")
+
+    @property
+    def alternatives(self) -> bool:
+        """Residual alternatives are on (``width > 0``)."""
+        return self.width > 0
 
 
 def tokens_fed_per_call(config: ARSamplingConfig, num_tokens: int) -> int:
     """Tokens one verification call feeds per image (and CFG branch) for ``config`` on ``num_tokens``-token images:
-    the last committed token plus the window's drafts, plus the tree nodes of ``sjd-pac`` / ``mc-sjd-ra``.
+    the last committed token plus the window's drafts, plus the tree nodes of ``sjd-pac`` / ``mc-sjd-ra`` (and ``gsd``
+    with ``width > 0``).
 
     Example:
         >>> tokens_fed_per_call(MCSJDConfig(), 256), tokens_fed_per_call(MCSJDRAConfig(), 256)
@@ -321,7 +344,7 @@ def tokens_fed_per_call(config: ARSamplingConfig, num_tokens: int) -> int:
     if window is None:
         raise ValueError(f"{config.method}: no verification window (a Jacobi-family method is needed)")
     length = min(window, num_tokens - 1)
-    if isinstance(config, MCSJDRAConfig):
+    if isinstance(config, MCSJDRAConfig) or (isinstance(config, GSDConfig) and config.alternatives):
         return 1 + length + min(config.depth, max(length - 1, 0)) * config.width * (1 + config.follow)
     if isinstance(config, SJDPACConfig):
         depth = min(config.depth, max(length, 1))

@@ -1,4 +1,5 @@
-"""Residual alternatives: MC-SJD whose first rejection often comes with a fresh row for the next token, exact.
+"""Residual alternatives: MC-SJD whose first rejection often comes with a fresh row for the next token (exact; or
+relaxed under ``gsd``'s cluster test).
 
 Where does MC-SJD lose? A round ends at its first rejected draft ``j``: the token committed there is a
 residual draw, so every draft after it was drafted in a context that is now wrong. The next round's
@@ -23,6 +24,14 @@ draw will need:
    ``q`` = their new rows.
 
 Every committed token is drawn from its exact conditional law, so the output law is the target's.
+
+Relaxed (``gsd`` with ``clusters`` and ``width > 0``): with ``gsd``'s cluster rule (``"min-tv"``), every test
+above, the chain's, the residual draw's and the walk after a sibling, is run against the rule's emitted law
+instead of ``p`` (:meth:`~diffspec.ar_image.cluster.ClusterAcceptance.emitted_law`), so each committed token has
+the law the cluster test in the Jacobi loop would give it (its cluster exact given its prefix) while the
+alternatives add their tokens per call. The window is re-drafted by the exact test on the same uniforms and
+Gumbel draws, whose tokens follow ``p``; with one token per cluster the output is the exact sampler's bit for bit.
+
 The cost is ``depth * width * (1 + follow)`` extra tokens per call (128 at the defaults, 4 x 8 x 4), and the
 work is batched: one Gumbel table, one top-k and one modified-rejection pass per round, no loop over tokens.
 
@@ -46,9 +55,10 @@ from ..stats import SpecStats
 from .jacobi import first_window, shift_window, window_drafts
 from .pac import start_tree_sampling
 from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, force, gumbel, mrs, sample, uniform, warp
+from .sampling import Generators, MRSResult, force, gumbel, mrs, point_mass, sample, uniform, warp
 
 if TYPE_CHECKING:
+    from .cluster import ClusterAcceptance
     from .target import ARSession
 
 
@@ -88,9 +98,53 @@ def residual_gumbel(p: torch.Tensor, q: torch.Tensor, noise: torch.Tensor) -> to
     return (res.log() + noise).argmax(-1)
 
 
+def emitted_law(rule: ClusterAcceptance | None, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The law the tests emit for drafts drawn from ``q``: ``p`` (exact) or ``rule``'s relaxed law."""
+    return p if rule is None else rule.emitted_law(p, q)
+
+
+def unreachable(rule: ClusterAcceptance | None, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """``(..., V)`` bool: tokens the residual draw after rejecting ``draft`` cannot give, never fed as siblings.
+
+    The exact residual ``(p - q)_+`` is 0 at a rejected draft. Under the cluster rule's emitted law it is 0 on
+    the draft's whole cluster (a draft is rejected only where its cluster has more ``q`` mass than ``p`` mass,
+    and there the law lies under ``q``), except for one-hot ``q``, which takes the exact test.
+    """
+    same = torch.arange(q.shape[-1], device=q.device) == draft.unsqueeze(-1)
+    if rule is None:
+        return same
+    ids = rule.assignment.to(q.device)
+    cluster = ids == ids[draft].unsqueeze(-1)
+    return cluster if rule.group_onehot else torch.where(point_mass(q).unsqueeze(-1), same, cluster)
+
+
+def verify(p: torch.Tensor, law: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators
+           ) -> tuple[MRSResult, MRSResult, torch.Tensor | None]:
+    """Modified rejection sampling of ``draft`` against ``law`` (:func:`emitted_law`), and against ``p``.
+
+    Returns:
+        ``(result, exact result, relaxation)``: the test against ``law``; the exact test on the same uniforms (its
+        tokens follow ``p``, so they re-draft the window); the TV of ``law`` from ``p`` per position (None if ``law``
+        is ``p``, the same tensor).
+    """
+    u = uniform((*draft.shape, 2), generator, p.device)
+    exact = mrs(p, q, draft, None, uniforms=u)
+    if law is p:
+        return exact, exact, None
+    return mrs(law, q, draft, None, uniforms=u), exact, 0.5 * (law - p).abs().sum(-1)
+
+
+def with_residual_draws(res: MRSResult, law: torch.Tensor, q: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``res.tokens`` whose rejections at the first ``noise.shape[1]`` offsets are the Gumbel residual draws of
+    ``law`` (:func:`residual_gumbel`), the ones that can hit a sibling."""
+    d = noise.shape[1]
+    drawn = residual_gumbel(law[:, :d], q[:, :d], noise)
+    return torch.cat([torch.where(res.accepted[:, :d], res.tokens[:, :d], drawn), res.tokens[:, d:]], 1)
+
+
 def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: torch.Tensor, j: torch.Tensor,
-                   follow: int, in_image: torch.Tensor, generator: Generators, stale: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   follow: int, in_image: torch.Tensor, generator: Generators, rule: ClusterAcceptance | None = None,
+                   stale: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Tokens after a sibling that the residual draw at offset ``j`` picked, from its group's fresh rows.
 
     The chain's drafts at offsets ``j + 1 .. j + 1 + follow`` are tested (modified rejection sampling,
@@ -102,10 +156,12 @@ def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: 
         q, draft: ``(B, L, V)`` / ``(B, L)`` the chain's laws and drafts.
         j: ``(B,)`` offset of the sibling.
         in_image: ``(B, L + 1)`` offset is inside the image.
+        rule: a relaxed rule (:meth:`~diffspec.ar_image.cluster.ClusterAcceptance.emitted_law`); None: exact.
         stale: test-only planted bias: use the chain's rows (conditioned on the rejected draft).
 
     Returns:
-        ``(tokens (B, 1 + follow) at offsets j + 1 + l, count (B,))``: the first ``count`` are drawn.
+        ``(tokens (B, 1 + follow) at offsets j + 1 + l, count (B,), relaxation (B, 1 + follow) or None)``: the
+        first ``count`` tokens are drawn.
     """
     batch, length = draft.shape
     rows = torch.arange(batch, device=p.device).unsqueeze(1)
@@ -115,15 +171,17 @@ def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: 
     law = p[rows, idx.clamp(max=p.shape[1] - 1)]
     in_window = off < length
     o = off.clamp(max=length - 1)
-    test = mrs(law, q[rows, o], draft[rows, o], generator)
+    q_o = q[rows, o]
+    test, _, tv = verify(law, emitted_law(rule, law, q_o), q_o, draft[rows, o], generator)
     tokens = torch.where(in_window, test.tokens, sample(law, generator))
     go = (test.accepted & in_window & in_image.gather(1, off.clamp(max=length)))[:, :follow]
-    return tokens, go.long().cumprod(1).sum(1) + 1
+    return tokens, go.long().cumprod(1).sum(1) + 1, None if tv is None else torch.where(in_window, tv, 0.0)
 
 
 def residual_sample(session: ARSession, num_tokens: int, window: int, width: int, depth: int, follow: int, init: str,
                     sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
-                    bar: Any = None, _stale_rows: bool = False) -> torch.Tensor:
+                    bar: Any = None, acceptance: ClusterAcceptance | None = None,
+                    _stale_rows: bool = False) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens with residual alternatives (see the module docstring); exact.
 
     Args:
@@ -139,6 +197,10 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
         stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
             ``extra["residual_hits"]`` (rounds whose first rejection drew a sibling).
         bar: a tqdm bar advanced by the tokens committed each round.
+        acceptance: a relaxed rule with an emitted law (``gsd``'s cluster test, ``"min-tv"``): every test, and the
+            residual draw at a rejection, is then against that law; the window is re-drafted by the exact test's
+            tokens (same uniforms), which follow ``p``. None (default): exact. The mean TV of the emitted law over
+            the committed positions goes to ``stats.extra["relaxed_tv"]``.
         _stale_rows: test-only planted bias: the tokens after a picked sibling are drawn from the chain's
             rows (conditioned on the rejected draft) instead of the sibling's; exactness tests must catch it.
 
@@ -155,6 +217,7 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
     calls, row_calls = 1, torch.ones(batch, device=dev)
     accepted = torch.zeros((), dtype=torch.long, device=dev)
     proposed, hits = torch.zeros_like(accepted), torch.zeros_like(accepted)
+    relaxed = torch.zeros(2, device=dev)  # relaxed rule: sum of the committed positions' TV, their count
     length = min(window, n - 1)
     d_sib = min(depth, max(length - 1, 0))
     size = 1 + follow
@@ -172,7 +235,8 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
             pos, valid, draft = window_drafts(tokens, commit, length)
             noise = gumbel(uniform((batch, d_sib, vocab), generator, dev))
             score = q[:, :d_sib].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
-            siblings = score.scatter(-1, draft[:, :d_sib].unsqueeze(-1), float("-inf")).topk(width, -1).indices
+            siblings = score.masked_fill(unreachable(acceptance, q[:, :d_sib], draft[:, :d_sib]),
+                                         float("-inf")).topk(width, -1).indices
             follows = draft[:, copies].unsqueeze(2).expand(-1, -1, width, -1)  # (B, D, width, follow)
             groups = torch.cat([siblings.unsqueeze(-1), follows], -1).flatten(1)
             start = commit - 1
@@ -181,10 +245,10 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
             calls += 1
             row_calls += (commit < n).float()
             p = force(warp(logits, **sampling), window_forced(session, commit.unsqueeze(1) + rel))
-            res = mrs(p[:, :length], q, draft, generator)
-            drawn = residual_gumbel(p[:, :d_sib], q[:, :d_sib], noise)
-            out = torch.cat([torch.where(res.accepted[:, :d_sib], res.tokens[:, :d_sib], drawn),
-                             res.tokens[:, d_sib:]], 1)
+            p_chain = p[:, :length]
+            law = emitted_law(acceptance, p_chain, q)
+            res, exact, tv = verify(p_chain, law, q, draft, generator)
+            out = with_residual_draws(res, law, q, noise)
             lead = (res.accepted & valid).long().cumprod(1).sum(1)
             # the first rejection drew one of its siblings: that sibling's group holds the next tokens' laws
             j = lead.clamp(max=max(d_sib - 1, 0))
@@ -192,8 +256,14 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
                 batch, 1, dtype=torch.bool, device=dev)
             hit = (lead < d_sib) & match.any(1) & (commit + lead + 1 < n)
             base = length + (j * width + match.long().argmax(1)) * size
-            after, count = follow_sibling(p, q, draft, base, j, follow, pos < n, generator, _stale_rows)
+            after, count, tv_after = follow_sibling(p, q, draft, base, j, follow, pos < n, generator, acceptance,
+                                                    _stale_rows)
             count = torch.where(hit, count, 0)
+            if tv is not None:  # the TV of the committed positions' emitted laws
+                chain_done = (chain <= lead.unsqueeze(1)) & valid
+                walk_done = torch.arange(follow + 1, device=dev) < count.unsqueeze(1)
+                relaxed += torch.stack([(tv * chain_done).sum() + (tv_after * walk_done).sum(),
+                                        (chain_done.sum() + walk_done.sum()).float()])
             hits += hit.sum()
             accepted += (lead + (count - 1).clamp(min=0)).sum()
             proposed += valid.sum()
@@ -204,7 +274,9 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
             in_group = hit.unsqueeze(1) & (chain >= j.unsqueeze(1)) & (chain <= (j + follow).unsqueeze(1))
             session.commit_tree(start, torch.where(in_group, base.unsqueeze(1) + chain - j.unsqueeze(1), chain))
             new_commit = commit + torch.minimum(lead + 1 + count, n - commit)
-            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, out, p[:, :length], init,
+            # a relaxed rule's outputs do not follow p: the exact test's (same uniforms and Gumbel draws) re-draft
+            redraft = out if acceptance is None else with_residual_draws(exact, p_chain, q, noise)
+            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, p_chain, init,
                                      generator)
             commit = new_commit
             done, total = round_progress(commit, bar, total)  # the round's one host sync
@@ -212,4 +284,6 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
     if stats is not None:
         stats.extra["tree_nodes"] = length + d_sib * width * size
         stats.extra["residual_hits"] = int(hits)
+        if acceptance is not None:
+            stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
     return tokens

@@ -89,9 +89,10 @@ class ARImagePipeline(SpeculativePipeline):
         if isinstance(config, SJDPACConfig):
             return pac_sample(session, self.pipe.num_tokens, config.window, config.width, config.depth, config.init,
                               config.sampling, generator, self.stats, bar)
-        if isinstance(config, MCSJDRAConfig):
+        if isinstance(config, MCSJDRAConfig) or (isinstance(config, GSDConfig) and config.alternatives):
             return residual_sample(session, self.pipe.num_tokens, config.window, config.width, config.depth,
-                                   config.follow, config.init, config.sampling, generator, self.stats, bar)
+                                   config.follow, config.init, config.sampling, generator, self.stats, bar,
+                                   acceptance=self._acceptance(config))  # type: ignore[arg-type]
         return jacobi_sample(session, self.pipe.num_tokens, config.window, config.coupling, config.init,
                              config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config))
 

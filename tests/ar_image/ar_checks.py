@@ -65,3 +65,19 @@ def toy_greedy_case() -> tuple:
     ref = plain_sample(target.start(class_labels=labels, guidance_scale=1.7), target.num_tokens,
                        {"temperature": 0.0}, torch.Generator().manual_seed(0))
     return target, labels, ref
+
+
+def worst_draft_z(rounds: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], min_rows: int = 1000) -> float:
+    """Largest ``|z|`` of ``mean(one_hot(draft) - q)`` per window slot and token over rows, for rounds
+    ``(q (B, L, V), draft (B, L), valid (B, L))``: about N(0, 1) when every draft was drawn from the ``q`` recorded
+    for it. Slots with fewer than ``min_rows`` valid rows are skipped; pass the rounds after the first (inits)."""
+    worst = 0.0
+    for q, draft, valid in rounds:
+        diff = torch.nn.functional.one_hot(draft, q.shape[-1]).double() - q.double()
+        v = valid.double().unsqueeze(-1)  # slots past the image end repeat its last token
+        count = v.sum(0).clamp_min(2)
+        mean = (diff * v).sum(0) / count
+        se = (((diff - mean) ** 2 * v).sum(0) / (count - 1)).sqrt() / count.sqrt()
+        z = (mean / se.clamp_min(1e-12))[v.sum(0).squeeze(-1) >= min_rows]
+        worst = max([worst, *z.abs().flatten().tolist()])
+    return worst
