@@ -264,7 +264,9 @@ class GSDConfig(ARSamplingConfig):
             (the loop of :class:`MCSJDRAConfig`, every test and residual draw against the cluster rule's
             emitted law); 0 (default): none, the Jacobi loop.
         depth, follow: residual alternatives' offsets with siblings and chain drafts copied under each
-            (see :class:`MCSJDRAConfig`); used when ``width > 0``.
+            (see :class:`MCSJDRAConfig`); used when ``width > 0``. ``depth`` defaults to 16, twice ``mc-sjd-ra``'s:
+            rounds run longer under the relaxed test, and on ``tiny-ar-tex`` 16 gained 1.05x over the Jacobi
+            loop's compression against 1.03x for 8 (README).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
 
     Example:
@@ -291,7 +293,7 @@ class GSDConfig(ARSamplingConfig):
     coupling: str = "maximal"
     init: str = "repeat"
     width: int = 0
-    depth: int = 8
+    depth: int = 16
     follow: int = 3
 
     def __post_init__(self) -> None:

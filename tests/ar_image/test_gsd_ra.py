@@ -113,7 +113,8 @@ def test_pipeline_runs_the_relaxed_loop_and_reports_it():
 
 def test_tokens_fed_per_call_matches_mc_sjd_ra():
     for n in (64, 256):
-        assert tokens_fed_per_call(GSDConfig(clusters=26, width=4), n) == tokens_fed_per_call(MCSJDRAConfig(), n)
+        assert tokens_fed_per_call(GSDConfig(clusters=26, width=4, depth=8), n) == tokens_fed_per_call(MCSJDRAConfig(), n)
+    assert tokens_fed_per_call(GSDConfig(clusters=26, width=4), 256) == 1 + 64 + 16 * 4 * 4
     assert tokens_fed_per_call(GSDConfig(clusters=26), 256) == 65
 
 
@@ -133,3 +134,24 @@ def test_bad_settings_are_named(kw, named):
 def test_lumped_rule_has_no_emitted_law_to_test_against():
     with pytest.raises(ValueError, match="lumped"):
         ClusterAcceptance(torch.arange(4) % 2, "lumped").emitted_law(torch.full((1, 4), 0.25), torch.full((1, 4), 0.25))
+
+
+def test_residual_of_a_rejected_draft_never_lies_in_its_cluster():
+    """Why siblings skip the draft's cluster: under the min-tv law a draft can be rejected only where the law lies
+    under q, and then the residual (law - q)_+ has no mass anywhere in that draft's cluster (one-hot q excepted)."""
+    g = gen(4)
+    vocab, k = 12, 4
+    p = (torch.randn(2000, vocab, generator=g) * 2).softmax(-1)
+    q = (torch.randn(2000, vocab, generator=g) * 2).softmax(-1)
+    rule = ClusterAcceptance(torch.arange(vocab) % k)
+    law = rule.emitted_law(p, q)
+    residual = (law - q).clamp_min(0)
+    rejectable = law < q - 1e-6  # (rows, V): tokens a draft at which can be rejected
+    per_cluster = torch.zeros(2000, k).index_add_(1, rule.assignment, residual)  # residual mass of each cluster
+    mass_in_own = per_cluster.gather(1, rule.assignment.expand(2000, -1))  # of each token's own cluster
+    assert rejectable.sum() > 1000 and float(mass_in_own[rejectable].max()) < 1e-6
+    assert float(residual.sum(-1).min()) >= 0 and float((residual.sum(-1) > 1e-3).float().mean()) > 0.5
+    unreach = residual_module.unreachable(rule, q[:3], torch.tensor([0, 1, 5]))
+    assert unreach.tolist() == [[t % k == d % k for t in range(vocab)] for d in (0, 1, 5)]
+    onehot = torch.zeros(1, vocab).index_fill_(1, torch.tensor([2]), 1.0)
+    assert residual_module.unreachable(rule, onehot, torch.tensor([2])).nonzero()[:, 1].tolist() == [2]
