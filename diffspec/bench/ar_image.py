@@ -14,9 +14,9 @@ the first 8 drafts, each followed by 3 chain copies / 8 siblings followed by 6),
 a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
 ``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook;
 ``gsd-cb-kK-mintv`` (K = 16, 24, 26, 28, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
-emitting the law closest to the target's; ``gsd-cb-k26-mintv-ra-d8`` / ``-ra-d16``: ``K = 26`` with residual alternatives
-(the loop of ``mc-sjd-ra``: 4 siblings for each of the first 8 / 16 drafts, each followed by 3 chain copies); ``gsd-emb-k32-mintv``: the same with the partition fitted on the target's
-input embeddings)
+emitting the law closest to the target's; ``gsd-cb-k26-mintv-ra-d8`` / ``-ra-d16``: ``K = 26`` with residual
+alternatives (the loop of ``mc-sjd-ra``: 4 siblings for each of the first 8 / 16 drafts, each followed by 3 chain
+copies); ``gsd-emb-k32-mintv``: the same with the partition fitted on the target's input embeddings)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its

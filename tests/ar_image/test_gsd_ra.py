@@ -113,7 +113,8 @@ def test_pipeline_runs_the_relaxed_loop_and_reports_it():
 
 def test_tokens_fed_per_call_matches_mc_sjd_ra():
     for n in (64, 256):
-        assert tokens_fed_per_call(GSDConfig(clusters=26, width=4, depth=8), n) == tokens_fed_per_call(MCSJDRAConfig(), n)
+        ra_config = GSDConfig(clusters=26, width=4, depth=8)
+        assert tokens_fed_per_call(ra_config, n) == tokens_fed_per_call(MCSJDRAConfig(), n)
     assert tokens_fed_per_call(GSDConfig(clusters=26, width=4), 256) == 1 + 64 + 16 * 4 * 4
     assert tokens_fed_per_call(GSDConfig(clusters=26), 256) == 65
 
