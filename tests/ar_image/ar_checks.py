@@ -81,3 +81,41 @@ def worst_draft_z(rounds: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
         z = (mean / se.clamp_min(1e-12))[v.sum(0).squeeze(-1) >= min_rows]
         worst = max([worst, *z.abs().flatten().tolist()])
     return worst
+
+
+def toy_conditionals(target, labels: list[int], tokens: torch.Tensor, guidance_scale: float = 1.0) -> torch.Tensor:
+    """``(B, N, V)`` the toy's law of each position given the row's own tokens before it, read off its tables."""
+    n, v = tokens.shape[1], target.codebook_size
+    padded = torch.cat([torch.full((tokens.shape[0], 2), v), tokens], 1)
+    lab = torch.as_tensor(labels).unsqueeze(1).expand(-1, n)
+    return target.mixed_logits(lab, padded[:, :n], padded[:, 1:n + 1], guidance_scale).double().softmax(-1)
+
+
+def committed_law_z(p: torch.Tensor, tokens: torch.Tensor, rounds: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                    law) -> float:
+    """Largest ``|z|`` over positions and tokens of ``sum over rows of (one_hot(token) - expected law)``.
+
+    ``p`` ``(B, N, V)``: the true conditionals along the sampled ``tokens`` (:func:`toy_conditionals`); ``rounds``:
+    ``(q (B, L, V), commit (B,), new_commit (B,))`` of every round, ``q`` the laws of the window drafts the round
+    tested. A token committed at window offset ``o < L`` should follow ``law(p, q[o])`` (the test's emitted law,
+    whatever path committed it: the chain, a residual draw, a walk after a sibling); any other (the first token, a
+    bonus draw, a draw past the window) ``p``. Each expectation is fixed before its token is drawn, so the sums are
+    martingales: ``z`` is about N(0, 1) for a correct sampler, whatever its drafts were.
+    """
+    batch, n, vocab = p.shape
+    expected = p.clone()
+    covered = torch.zeros(batch, n, dtype=torch.long)
+    cols = torch.arange(n)
+    for q, commit, new_commit in rounds:
+        length = q.shape[1]
+        off = cols - commit.unsqueeze(1)
+        mine = (off >= 0) & (cols < new_commit.unsqueeze(1))
+        covered += mine.long()
+        tested = mine & (off < length)
+        q_at = q.double().gather(1, off.clamp(0, length - 1).unsqueeze(-1).expand(-1, -1, vocab))
+        expected = torch.where(tested.unsqueeze(-1), law(p, q_at), expected)
+    assert bool((covered[:, 1:] == 1).all()), "every position after the first is committed by exactly one round"
+    diff = torch.nn.functional.one_hot(tokens, vocab).double() - expected
+    var = (expected * (1 - expected)).sum(0)
+    z = diff.sum(0) / var.clamp_min(1e-12).sqrt()
+    return float(z[var > 25].abs().max())

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ar_checks import chi2_fit, worst_draft_z
+from ar_checks import chi2_fit, committed_law_z, toy_conditionals, worst_draft_z
 
 from diffspec import SpeculativePipeline, methods
 from diffspec.ar_image import jacobi as jacobi_module
-from diffspec.ar_image.cluster import ClusterAcceptance
+from diffspec.ar_image.cluster import ClusterAcceptance, cluster_sum
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import mrs, uniform
+from diffspec.ar_image.sampling import mrs, point_mass, uniform
 from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
@@ -332,6 +332,40 @@ def test_relaxed_rules_keep_every_draft_distributed_as_its_q(rule, monkeypatch):
     assert len(rounds) == len(spy.seen) >= 3
     seen = [(q, draft, pos[:, :length] < n) for (q, draft), pos in zip(spy.seen, rounds)]
     assert 0.0 < worst_draft_z(seen[1:]) < 5.0  # the first round's drafts are inits
+
+
+def lumped_law(rule):
+    """The lumped rule's emitted law in closed form, ``q min(1, P/Q) + p (1 - Q/P)_+`` (module docstring)."""
+    def law(p, q):
+        ids = rule.assignment.expand(p.shape)
+        big_p, big_q = (cluster_sum(t, rule.assignment, rule.num_clusters).gather(-1, ids) for t in (p, q))
+        out = q * (big_p / big_q).clamp(max=1) + p * (1 - big_q / big_p).clamp_min(0)
+        return torch.where(point_mass(q).unsqueeze(-1), p, out)
+    return law
+
+
+@pytest.mark.parametrize("rule, planted", [("min-tv", False), ("lumped", False), ("min-tv", True)],
+                         ids=["min-tv", "lumped", "planted-kept-old-q"])
+def test_every_committed_token_follows_the_rules_law(rule, planted, monkeypatch):
+    """End to end in the Jacobi loop: each committed token follows the cluster rule's emitted law for the true
+    conditional given the row's prefix and the q its draft was tested with (|z| < 5 over 3e4 toy sequences); a kept
+    draft keeping its old q (drafts no longer follow the q they are tested with) fails it."""
+    rounds, shift = [], jacobi_module.shift_window
+
+    def spy_shift(session, tokens, commit, new_commit, *args):
+        rounds.append((spy.seen[-1][0], commit.clone(), new_commit.clone()))
+        return shift(session, tokens, commit, new_commit, *args)
+
+    monkeypatch.setattr(jacobi_module, "shift_window", spy_shift)
+    target, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), [0, 1] * 15_000
+    cluster = ClusterAcceptance(torch.arange(6) % 2, rule)
+    spy = Spy(cluster)
+    session = target.start(class_labels=labels)
+    out = jacobi_sample(session, target.num_tokens, 8, "maximal", "uniform", FREE, gen(5), acceptance=spy,
+                        _kept_old_q=planted)
+    law = cluster.emitted_law if rule == "min-tv" else lumped_law(cluster)
+    worst = committed_law_z(toy_conditionals(target, labels, out), out, rounds, law)
+    assert (worst > 6.0) if planted else (worst < 5.0)
 
 
 @pytest.mark.parametrize("rule", ["lumped", "min-tv"])
