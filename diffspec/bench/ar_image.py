@@ -13,10 +13,11 @@ the first 8 drafts, each followed by 3 chain copies / 8 siblings followed by 6),
 ``max_tv=0.2``, the acceptance clamped to within 0.2 of the exact test's; ``-run0`` / ``-run1``: ``min_run=0`` / ``1``,
 a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
 ``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook;
-``gsd-cb-kK-mintv`` (K = 16, 24, 26, 28, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
+``gsd-cb-kK-mintv`` (K = 8, 16, 24, 26, 28, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
 emitting the law closest to the target's; ``gsd-cb-k26-mintv-ra-d8`` / ``-ra-d16``: ``K = 26`` with residual
 alternatives (the loop of ``mc-sjd-ra``: 4 siblings for each of the first 8 / 16 drafts, each followed by 3 chain
-copies); ``gsd-emb-k32-mintv``: the same with the partition fitted on the target's input embeddings)
+copies); ``gsd-emb-kK-mintv`` (K = 16, 26, 32): the same with the partition fitted on the target's input
+embeddings)
 and ``lantern`` / ``lantern++-chain`` / ``lantern++`` (the target's shipped drafter; ``lantern++`` drafts
 its default static tree, ``lantern++-chain`` a chain of 4; all with LANTERN's official "certain"
 acceptance, ``-residual`` with the ``q``-ratio rule, ``-d0.3`` with a wider budget), each ``"exact": false`` with its
@@ -72,11 +73,12 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-cb-k24": {"method": "gsd", "clusters": 24, "embed_source": "codebook", "cluster_rule": "lumped"},
     "gsd-cb-k40": {"method": "gsd", "clusters": 40, "embed_source": "codebook", "cluster_rule": "lumped"},
     **{f"gsd-cb-k{k}-mintv": {"method": "gsd", "clusters": k, "embed_source": "codebook", "cluster_rule": "min-tv"}
-       for k in (16, 24, 26, 28, 32, 48)},
+       for k in (8, 16, 24, 26, 28, 32, 48)},
     **{f"gsd-cb-k26-mintv-ra{tail}": {"method": "gsd", "clusters": 26, "embed_source": "codebook",
                                      "cluster_rule": "min-tv", "width": 4, "depth": depth}
        for tail, depth in (("-d8", 8), ("-d16", 16))},
-    "gsd-emb-k32-mintv": {"method": "gsd", "clusters": 32, "embed_source": "embeddings", "cluster_rule": "min-tv"},
+    **{f"gsd-emb-k{k}-mintv": {"method": "gsd", "clusters": k, "embed_source": "embeddings", "cluster_rule": "min-tv"}
+       for k in (16, 26, 32)},
     "gsd-G50-emb05-dp0.4": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05, "delta_p": 0.4},
     "gsd-G100-emb10-dp1-tv0.2": {"method": "gsd", "group_size": 100, "embed_quantile": 0.1, "delta_p": 1.0,
                                  "max_tv": 0.2},
