@@ -113,9 +113,9 @@ def test_every_committed_token_follows_the_rules_law(planted, monkeypatch):
     the walk after a sibling committed it (|z| < 5 over 3e4 toy sequences). Planted: the walk reading the chain's
     (stale) rows, or testing against p instead of the rule's law, fail it."""
     rounds = record_tests(monkeypatch)
-    target, rule, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), None, [0, 1] * 15_000
+    target, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), [0, 1] * 15_000
     rule = ClusterAcceptance(torch.arange(6) % 2)
-    if planted == "exact-walk":
+    if planted == "exact-walk":  # the walk tests 1 + follow = 3 drafts, the chain 8
         law = residual_module.emitted_law
         monkeypatch.setattr(residual_module, "emitted_law", lambda r, p, q: p.clone() if q.shape[1] == 3 else law(r, p, q))
     stats = SpecStats()
