@@ -106,25 +106,27 @@ def record_tests(monkeypatch):
     return rounds
 
 
-@pytest.mark.parametrize("planted", [None, "stale-rows", "exact-walk"])
-def test_every_committed_token_follows_the_rules_law(planted, monkeypatch):
+@pytest.mark.parametrize("case", ["relaxed", "exact-sampler", "planted-stale-rows", "planted-exact-walk"])
+def test_every_committed_token_follows_the_rules_law(case, monkeypatch):
     """End to end: each committed token follows the cluster rule's emitted law for the true conditional given the
     row's own prefix and the q its draft was tested with (p past the window), whether the chain, a residual draw or
-    the walk after a sibling committed it (|z| < 5 over 3e4 toy sequences). Planted: the walk reading the chain's
-    (stale) rows, or testing against p instead of the rule's law, fail it."""
+    the walk after a sibling committed it (|z| < 5 over 3e4 toy sequences); without a rule (exact ``mc-sjd-ra``),
+    the true conditional itself. Planted: the walk reading the chain's (stale) rows, or testing against p instead
+    of the rule's law, fail it."""
     rounds = record_tests(monkeypatch)
     target, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), [0, 1] * 15_000
-    rule = ClusterAcceptance(torch.arange(6) % 2)
-    if planted == "exact-walk":  # the walk tests 1 + follow = 3 drafts, the chain 8
+    rule = None if case == "exact-sampler" else ClusterAcceptance(torch.arange(6) % 2)
+    if case == "planted-exact-walk":  # the walk tests 1 + follow = 3 drafts, the chain 8
         law = residual_module.emitted_law
         monkeypatch.setattr(residual_module, "emitted_law", lambda r, p, q: p.clone() if q.shape[1] == 3 else law(r, p, q))
     stats = SpecStats()
     session = target.start(class_labels=labels)
     out = residual_sample(session, target.num_tokens, 8, 2, 4, 2, "uniform", FREE, gen(5), stats, acceptance=rule,
-                          _stale_rows=planted == "stale-rows")
+                          _stale_rows=case == "planted-stale-rows")
     assert stats.extra["residual_hits"] > 3000 and len(rounds) >= 3
-    worst = committed_law_z(toy_conditionals(target, labels, out), out, [tuple(r) for r in rounds], rule.emitted_law)
-    assert (worst > 6.0) if planted else (worst < 5.0)
+    law = (lambda p, q: p) if rule is None else rule.emitted_law
+    worst = committed_law_z(toy_conditionals(target, labels, out), out, [tuple(r) for r in rounds], law)
+    assert (worst > 6.0) if case.startswith("planted") else (worst < 5.0)
 
 
 def test_point_mass_drafts_keep_greedy_identical_to_plain_on_llamagen():
