@@ -44,6 +44,14 @@ SPECS: dict[str, TransformerSpec] = {
              guidance_embeds=True, axes_dims_rope=(16, 56, 56)),
         64, 512,
     ),
+    # Wan 2.1 T2V-1.3B's transformer at reduced size: 512x512, 17 frames (5 latent frames, 5120 tokens)
+    "wan-1.3b-512-17f": TransformerSpec(
+        "wan-1.3b-512-17f", "wan",
+        dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+             text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True,
+             qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024),
+        64, 512, 5,
+    ),
     # tiny configs (tests, CPU)
     "tiny-dit-random": TransformerSpec(
         "tiny-dit-random", "dit",

@@ -2,7 +2,7 @@
 # GPU measurements still owed by issues 4, 6, 7, 8 and 9, in stages that each fit one 10-minute
 # command of the device tool (run from the repository root there; results land in $OUT).
 #
-#   here:   bash scripts/gpu/fetch_wheels.sh          # diffusers, cache-dit, importlib_metadata -> .whl/
+#   here:   bash scripts/gpu/fetch_wheels.sh          # diffusers, cache-dit -> .whl/
 #   device: run(command="bash scripts/gpu/session.sh kernels", carry=[".whl"], timeout_s=600)
 #
 # Stages, in the order to run them when device time is short (30 min per session, starts included):
@@ -14,12 +14,17 @@
 #   mm       issue 8: multimodal-cost (7B-size VLM LMs, 1k-32k visual tokens, batch 1-8; e2e block)  ~7 min
 #   ar       issue 7: ar-image-cost (LlamaGen-XL and a 7B-size config, 256/576 tokens, batch 1-8)    ~2-4 min
 #   ar-ra    issue 7: the same calls costed for the tree methods (mc-sjd-ra, sjd-pac: K = their tree's
-#            tokens per call) with the acceptance of ar-image-tiny-ar-noisy-cpu-ra.json               ~2-4 min
-# Every estimate is unmeasured (no GPU was lent when this was written): read the log's timings and split a
-# stage (its commands are independent) if one comes near the limit. Copy the JSON files that come back into
+#            tokens per call) with the acceptance of ar-image-tiny-ar-noisy-cpu-ra.json               ~3 min
+#   dit-more issue 4: dit-cache with every peer on flux-1024 (28 steps), pixart-1024, dit-xl-2-256 and the
+#            Wan 2.1 1.3B config at 512^2 x 17 frames, eager                                           ~7 min
+#   replay   issue 4: speca replaying tiny-dit's calibrated full-step schedule (10 and 17 full steps) on
+#            the real-size configs (scripts/gpu/dit_cache_replay.py)                                   ~4 min
+#   ar-prof  issue 7: torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
+# Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
+# ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra}"
+stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof}"
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -31,6 +36,8 @@ else
 fi
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 log="$OUT/$stage.log"
+gpu=$(python3 -c "import torch; n = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'; \
+print(next((k for k in ('h100', 'h200', 'a100', 'l40s') if k in n.lower()), 'gpu'))")
 ds() { python3 -m diffspec "$@"; }
 {
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
@@ -39,40 +46,59 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
   case "$stage" in
     kernels)
       timeout 150 python3 -m pytest -q -m gpu tests/kernels -x -p no:cacheprovider
-      timeout 200 python3 -m diffspec bench kernels --device cuda --out "$OUT/kernels-h100.json"
+      timeout 200 python3 -m diffspec bench kernels --device cuda --out "$OUT/kernels-$gpu.json"
       timeout 200 python3 -m diffspec bench kernels --device cuda --methods outside-model \
-        --out "$OUT/kernels-outside-model-h100.json"
+        --out "$OUT/kernels-outside-model-$gpu.json"
       ;;
     exact)
       timeout 380 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
         --batch-size 1 --steps 100,250 --quality-steps 100 --quality-samples 2 --methods coupling --repeats 3 \
-        --warmup 1 --set max_lookahead=8 --compile reduce-overhead --out "$OUT/exact-diffusion-dit-xl-2-256-h100-graphs.json"
+        --warmup 1 --set max_lookahead=8 --compile reduce-overhead --out "$OUT/exact-diffusion-dit-xl-2-256-$gpu-graphs.json"
       timeout 200 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
         --batch-size 1 --steps 100,250 --quality-steps 100 --quality-samples 2 --methods coupling --repeats 2 \
-        --warmup 1 --set max_lookahead=8 --compile none --out "$OUT/exact-diffusion-dit-xl-2-256-h100-eager.json"
+        --warmup 1 --set max_lookahead=8 --compile none --out "$OUT/exact-diffusion-dit-xl-2-256-$gpu-eager.json"
       ;;
     flux)
       timeout 330 python3 -m diffspec bench dit-cache --model flux-1024 --device cuda --steps 50 \
         --methods taylor,speca,diffusers-taylorseer --repeats 2 --warmup 1 --compile repeated-blocks \
-        --out "$OUT/dit-cache-flux-1024-h100-compiled.json"
+        --out "$OUT/dit-cache-flux-1024-$gpu-compiled.json"
       timeout 240 python3 -m diffspec bench dit-cache --model flux-1024 --device cuda --steps 50 \
         --methods taylor,speca,diffusers-taylorseer --repeats 2 --warmup 1 --compile none \
-        --out "$OUT/dit-cache-flux-1024-h100-eager.json"
+        --out "$OUT/dit-cache-flux-1024-$gpu-eager.json"
       ;;
     mm)
       timeout 570 python3 -m diffspec bench multimodal-cost --device cuda --repeats 5 --warmup 2 \
-        --set time_budget_s=420 --set "checkpoint=$OUT/multimodal-cost-h100.partial.json" \
-        --out "$OUT/multimodal-cost-h100.json"
+        --set time_budget_s=420 --set "checkpoint=$OUT/multimodal-cost-$gpu.partial.json" \
+        --out "$OUT/multimodal-cost-$gpu.json"
       ;;
     ar)
       timeout 570 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
-        --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-h100.json"
+        --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-$gpu.json"
       ;;
     ar-ra)
       timeout 570 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
         --methods call --set acceptance_json=benchmarks/results/ar-image-tiny-ar-noisy-cpu-ra.json \
-        --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-h100-ra.json"
+        --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-$gpu-ra.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra"; exit 2 ;;
+    dit-more)
+      all=taylor,speca,diffusers-taylorseer,diffusers-taylorseer-tuned,diffusers-fbc,diffusers-magcache
+      all=$all,cache-dit-dbcache,cache-dit-dbcache-taylorseer,fewer-steps
+      timeout 230 python3 -m diffspec bench dit-cache --model flux-1024 --device cuda --steps 28 --methods $all \
+        --repeats 2 --warmup 1 --out "$OUT/dit-cache-flux-1024-28-$gpu-eager.json"
+      for m in pixart-1024 dit-xl-2-256 wan-1.3b-512-17f; do
+        timeout 150 python3 -m diffspec bench dit-cache --model $m --device cuda --steps 50 --methods $all \
+          --repeats 2 --warmup 1 --out "$OUT/dit-cache-$m-$gpu-eager.json"
+      done
+      ;;
+    replay)
+      timeout 240 python3 scripts/gpu/dit_cache_replay.py --model flux-1024 --full 10,17 --out "$OUT"
+      for m in pixart-1024 dit-xl-2-256 wan-1.3b-512-17f; do
+        timeout 100 python3 scripts/gpu/dit_cache_replay.py --model $m --full 10 --out "$OUT"
+      done
+      ;;
+    ar-prof)
+      timeout 150 python3 scripts/gpu/profile_mcsjd_round.py --out "$OUT"
+      ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
