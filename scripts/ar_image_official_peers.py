@@ -1,4 +1,4 @@
-"""Side by side on CPU: the official SJD / SCD (MC-SJD) code and diffspec's ``sjd`` / ``mc-sjd`` on ``tiny-ar``.
+"""Side by side: the official SJD / SCD (MC-SJD) code and diffspec's ``sjd`` / ``mc-sjd`` on ``tiny-ar`` (CPU or GPU).
 
 The official code is never committed here; get it and the transformers it pins, outside the repo:
 
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=0, help="0 = whole codebook (official: k = codebook size)")
     parser.add_argument("--law-samples", type=int, default=0, help="samples per arm for the token-law check")
     parser.add_argument("--law-window", type=int, default=16, help="window of the arms in the token-law check")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (on CUDA each image is timed to a synchronize)")
+    parser.add_argument("--model", default="tiny-ar", help="shipped AR model (tiny-ar, tiny-ar-noisy, tiny-ar-tex)")
     parser.add_argument("--out", default=None, help="JSON path (default: print)")
     args = parser.parse_args(argv)
     if args.peer_site:
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         windows=tuple(int(w) for w in args.windows.split(",") if w),
         diffspec_windows=tuple(int(w) for w in args.diffspec_windows.split(",") if w),
         images=args.images, warmup=args.warmup, guidance_scale=args.guidance_scale, top_k=args.top_k,
-        law_samples=args.law_samples, law_window=args.law_window)
+        law_samples=args.law_samples, law_window=args.law_window, device=args.device, model=args.model)
     if not doc["runs"]:
         print("official peers skipped: " + "; ".join(f"{k}: {v}" for k, v in doc["skipped"].items()), file=sys.stderr)
         return 2

@@ -222,7 +222,7 @@ class OfficialArm:
     """
 
     def __init__(self, mods: dict[str, Any], config: Any, state: Mapping[str, torch.Tensor], *, scheduler: str | None,
-                 window: int, guidance: float, top_k: int) -> None:
+                 window: int, guidance: float, top_k: int, device: torch.device | str = "cpu") -> None:
         self.solver_mod, self.guidance, self.top_k = mods["solver"], guidance, top_k
         self.num_tokens = config.block_size
         self.params = jacobi_params(window, self.num_tokens, guidance, top_k) if scheduler else None
@@ -235,7 +235,10 @@ class OfficialArm:
             gpt.img_vocab = torch.arange(config.vocab_size)  # the documented non-Chameleon branch
             gpt._init_new_params(**params, use_chameleon_tokenizer=False)
         gpt.load_state_dict(dict(state), strict=True)
-        self.model = gpt.eval()
+        self.device = torch.device(device)
+        if scheduler:
+            gpt.img_vocab = gpt.img_vocab.to(self.device)
+        self.model = gpt.to(self.device).eval()
         self.calls = 0
         inner = gpt.inference
 
@@ -251,7 +254,7 @@ class OfficialArm:
         """One image (batch 1): ``(1, N)`` tokens; ``self.calls`` = target calls (prefill = 1)."""
         self.calls = 0
         torch.manual_seed(seed)
-        cond = torch.tensor([label])
+        cond = torch.tensor([label], device=self.device)  # the official loops run on cond.device
         kwargs = {"cfg_scale": self.guidance, "temperature": 1.0, "top_k": self.top_k, "top_p": 1.0,
                   "sample_logits": True}
         buf = io.StringIO()
@@ -268,16 +271,20 @@ class OfficialArm:
 def logits_match(official: Any, model: torch.nn.Module, *, seed: int = 0, batch: int = 4) -> dict[str, Any]:
     """Teacher-forced logits of the official GPT (its KV-cache path) vs diffspec's, same tokens and classes."""
     cfg = model.config
+    device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(device)
     labels = torch.arange(batch) % (cfg.num_classes + 1)  # the null class included
     labels[-1] = cfg.num_classes
+    labels = labels.to(device)
     with torch.no_grad():
         ref = model(tokens, labels)
-        official.setup_caches(max_batch_size=batch, max_seq_length=cfg.block_size + cfg.cls_token_num,
-                              dtype=torch.float32)
-        first = official.inference(None, labels, torch.arange(cfg.cls_token_num))
-        rest = official.inference(tokens[:, :-1], None, torch.arange(cfg.cls_token_num, cfg.cls_token_num + cfg.block_size - 1))
+        with torch.device(device):  # as the official generate() does: caches on the model's device
+            official.setup_caches(max_batch_size=batch, max_seq_length=cfg.block_size + cfg.cls_token_num,
+                                  dtype=torch.float32)
+        first = official.inference(None, labels, torch.arange(cfg.cls_token_num, device=device))
+        rest = official.inference(tokens[:, :-1], None,
+                                  torch.arange(cfg.cls_token_num, cfg.cls_token_num + cfg.block_size - 1, device=device))
         got = torch.cat([first[:, -1:], rest], 1)
     diff = float((got - ref).abs().max())
     return {"max_abs_diff": diff, "allclose_atol_1e-4": bool(torch.allclose(got, ref, atol=1e-4, rtol=1e-4)),

@@ -20,11 +20,13 @@
 #   replay   issue 4: speca replaying tiny-dit's calibrated full-step schedule (10 and 17 full steps) on
 #            the real-size configs (scripts/gpu/dit_cache_replay.py)                                   ~4 min
 #   ar-prof  issue 7: torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
+#   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
+#            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof}"
+stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-official}"
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -99,6 +101,15 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
     ar-prof)
       timeout 150 python3 scripts/gpu/profile_mcsjd_round.py --out "$OUT"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof"; exit 2 ;;
+    ar-official)
+      [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
+        .peers/whl/*.whl || { echo "peer wheel install failed"; exit 1; }
+      timeout 540 python3 scripts/ar_image_official_peers.py --device cuda --sjd-repo .peers/sjd --scd-repo .peers/scd \
+        --sjd-commit "$(cat .peers/sjd.commit)" --scd-commit "$(cat .peers/scd.commit)" --peer-site /tmp/peersite \
+        --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
+        --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
+      ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

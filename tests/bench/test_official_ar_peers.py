@@ -100,6 +100,14 @@ def test_driver_reports_skipped_without_checkouts(monkeypatch):
     assert proc.returncode == 2 and "official peers skipped" in proc.stderr and SJD_ENV in proc.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_driver_rejects_cuda_without_cuda():
+    with pytest.raises(ValueError, match="device='cuda'"):
+        run_official_peers(device="cuda", show_progress=False)
+    with pytest.raises(ValueError, match="device='mps'"):
+        run_official_peers(device="mps", show_progress=False)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get(SJD_ENV), reason=f"needs an official SJD checkout in ${SJD_ENV}")
 def test_official_gpt_matches_diffspec_logits():
