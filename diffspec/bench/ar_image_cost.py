@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ..ar_image.config import MCSJDConfig
+from ..ar_image.cuda_graph import GraphedStep
 from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from ..ar_image.llamagen_session import LlamaGenTarget
@@ -55,9 +56,9 @@ REAL_SIZE = ("llamagen-xl", "llamagen-7b-size")
 PARTS = ("call", "mc-sjd")
 """``methods`` of this suite: ``call`` (the K-token call table), ``mc-sjd`` (loop round overhead)."""
 OVERRIDES = ("tokens", "ks", "batches", "windows", "rounds", "guidance_scale", "generators", "temperature",
-             "top_k", "top_p", "acceptance_json", "step_compression")
+             "top_k", "top_p", "acceptance_json", "step_compression", "graphs")
 DEFAULTS: dict[str, Any] = {"tokens": (256, 576), "ks": (1, 4, 16, 32, 64), "batches": (1, 2, 4, 8),
-                            "windows": (16, 64), "guidance_scale": 4.0, "generators": "per-row"}
+                            "windows": (16, 64), "guidance_scale": 4.0, "generators": "per-row", "graphs": False}
 
 
 def int_list(name: str, value: Any, lo: int, hi: int | None = None) -> tuple[int, ...]:
@@ -103,12 +104,20 @@ def _session(target: LlamaGenTarget, batch: int, guidance: float) -> Any:
                         guidance_scale=guidance)
 
 
+def _graph(session: Any, graphs: bool, device: torch.device) -> Any:
+    """``session`` with its ``step`` replayed from CUDA graphs when ``graphs`` (see :class:`GraphedStep`)."""
+    if graphs:
+        session.step = GraphedStep(session.step, device)
+    return session
+
+
 def time_calls(target: LlamaGenTarget, batch: int, ks: tuple[int, ...], *, guidance: float, repeats: int,
-               warmup: int, device: torch.device) -> dict[int, list[float]]:
+               warmup: int, device: torch.device, graphs: bool = False) -> dict[int, list[float]]:
     """Seconds of one ``session.step`` feeding ``K`` tokens at the image middle, for every ``K`` (interleaved).
 
     The cache holds tokens ``0 .. n/2 - 1`` (one prefill call); the call feeds positions
     ``start .. start + K - 1`` with ``start = min(n/2, n - K)``, overwriting the same slots each time.
+    ``graphs``: every call after the prefill replays a CUDA graph (captured in the first warmup round).
     """
     n = target.num_tokens
     gen = torch.Generator(device).manual_seed(0)
@@ -118,6 +127,7 @@ def time_calls(target: LlamaGenTarget, batch: int, ks: tuple[int, ...], *, guida
         mid = n // 2
         session.step(torch.randint(vocab, (batch, mid), generator=gen, device=device),
                      torch.zeros(batch, dtype=torch.long, device=device))
+        _graph(session, graphs, device)
         feeds = {k: (torch.randint(vocab, (batch, k), generator=gen, device=device),
                      torch.full((batch,), min(mid, n - k), dtype=torch.long, device=device)) for k in ks}
         times: dict[int, list[float]] = {k: [] for k in ks}
@@ -175,7 +185,8 @@ def _timed_step(session: Any, device: torch.device, out: list[float]) -> None:
 
 
 def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: float, sampling: dict[str, Any],
-                generators: str, rounds: int, warmup: int, device: torch.device) -> dict[str, Any]:
+                generators: str, rounds: int, warmup: int, device: torch.device, graphs: bool = False
+                ) -> dict[str, Any]:
     """Seconds of ``rounds`` rounds of the real ``mc-sjd`` loop, plain and with its forward timed inside.
 
     Generations alternate between the untouched loop (``rounds``) and one whose ``session.step`` is
@@ -183,7 +194,8 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
     cross-check immune to drift between separate measurements; its extra sync makes it slightly
     pessimistic). The first generation of each kind drops ``warmup`` rounds, later ones their first
     round (it also holds the first drafts' set-up); generations restart (new seeds) until both kinds
-    have ``rounds`` rounds. Also returns ``generations``, the number run.
+    have ``rounds`` rounds. Also returns ``generations``, the number run. ``graphs``: the loop's target calls
+    replay a CUDA graph (captured in each generation's first round, which is never timed).
     """
     config = MCSJDConfig(window=window, **sampling)
     plain: list[float] = []
@@ -193,7 +205,7 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
         while len(plain) < rounds or len(pairs) < rounds:
             instrumented = len(plain) >= rounds or (seed % 2 == 1 and len(pairs) < rounds)
             have = len(pairs) if instrumented else len(plain)
-            session = _session(target, batch, guidance)
+            session = _graph(_session(target, batch, guidance), graphs, device)
             forward: list[float] = []
             if instrumented:
                 _timed_step(session, device, forward)
@@ -270,6 +282,11 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
     guidance = cfg["guidance_scale"]
     check_float("guidance_scale", guidance, 0.0)
     check_choice("generators", cfg["generators"], ("per-row", "single"))
+    graphs = cfg["graphs"]
+    if not isinstance(graphs, bool):
+        raise ValueError(f"graphs={graphs!r} must be true or false")
+    if graphs and dev.type != "cuda":
+        raise ValueError(f"graphs=true replays CUDA graphs and needs --device cuda (device is {dev})")
     sampling = MCSJDConfig(**{k: cfg[k] for k in ("temperature", "top_k", "top_p") if k in cfg}).sampling
     compression, source = read_compression(cfg.get("acceptance_json"), cfg.get("step_compression"))
     ks_base = int_list("ks", cfg["ks"], 1)
@@ -293,25 +310,28 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
                              "ffn_hidden": target.model.config.ffn_hidden}
             desc = f"{name} {n} tokens"
             for b in progress(batches, desc=desc, disable=not show_progress):
-                calls = _cost_cells(target, name, n, b, ks, parts, guidance, repeats, warmup, dev, rows_per_image)
+                calls = _cost_cells(target, name, n, b, ks, parts, guidance, repeats, warmup, dev, rows_per_image,
+                                    graphs)
                 runs += calls
                 forward = {r["config"]["k"]: r["call_ms"] for r in calls}
                 for w in windows:
                     runs.append(_round_cell(target, name, n, b, w, forward, guidance, sampling, cfg["generators"],
-                                            rounds, warmup, dev))
+                                            rounds, warmup, dev, graphs))
             del target
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     return _document(names, configs, dev, dtype_name, tokens_list, batches, ks_by_tokens, windows, guidance, sampling,
-                     cfg["generators"], repeats, warmup, rounds, runs, compression, source)
+                     cfg["generators"], repeats, warmup, rounds, runs, compression, source, graphs)
 
 
 def _cost_cells(target: LlamaGenTarget, name: str, n: int, b: int, ks: tuple[int, ...], parts: list[str],
-                guidance: float, repeats: int, warmup: int, dev: torch.device, rows: int) -> list[dict[str, Any]]:
+                guidance: float, repeats: int, warmup: int, dev: torch.device, rows: int,
+                graphs: bool = False) -> list[dict[str, Any]]:
     """The ``call`` rows of one (config, tokens, batch); the forward timings are also needed by ``mc-sjd``."""
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    times = time_calls(target, b, ks, guidance=guidance, repeats=repeats, warmup=warmup, device=dev)
+    times = time_calls(target, b, ks, guidance=guidance, repeats=repeats, warmup=max(warmup, 1) if graphs else warmup,
+                       device=dev, graphs=graphs)
     peak = round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == "cuda" else None
     base = statistics.median(times[1]) if 1 in times else None
     out = []
@@ -328,10 +348,10 @@ def _cost_cells(target: LlamaGenTarget, name: str, n: int, b: int, ks: tuple[int
 
 def _round_cell(target: LlamaGenTarget, name: str, n: int, b: int, w: int, forward: dict[int, float],
                 guidance: float, sampling: dict[str, Any], generators: str, rounds: int, warmup: int,
-                dev: torch.device) -> dict[str, Any]:
+                dev: torch.device, graphs: bool = False) -> dict[str, Any]:
     length = min(w, n - 1)
     timed = time_rounds(target, b, w, guidance=guidance, sampling=sampling, generators=generators,
-                        rounds=rounds, warmup=warmup, device=dev)
+                        rounds=rounds, warmup=warmup, device=dev, graphs=graphs)
     it = statistics.median(timed["rounds"]) * 1e3
     fwd = forward[length + 1]
     pairs = timed["instrumented"]
@@ -349,7 +369,8 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
               tokens_list: tuple[int, ...], batches: tuple[int, ...], ks: dict[int, tuple[int, ...]],
               windows: tuple[int, ...],
               guidance: float, sampling: dict[str, Any], generators: str, repeats: int, warmup: int, rounds: int,
-              runs: list[dict[str, Any]], compression: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, Any]:
+              runs: list[dict[str, Any]], compression: list[dict[str, Any]], source: dict[str, Any],
+              graphs: bool = False) -> dict[str, Any]:
     from .ar_image_cost_report import goal_check, machine_block
 
     projection = project(runs, compression, source)
@@ -365,7 +386,7 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
                      "guidance_scale": guidance, "rows_per_image": 2 if guidance != 1.0 else 1,
                      "position": "K tokens fed from the image middle, cache filled with the tokens before it",
                      "sampling": sampling, "generators": generators, "repeats": repeats, "warmup": warmup,
-                     "rounds": rounds},
+                     "rounds": rounds, "cuda_graphs": graphs},
         "runs": keep,
         "projection": projection,
         "goal": goal_check(keep, dev),
@@ -383,5 +404,8 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
             "fraction; one extra sync per round makes it slightly pessimistic). Random weights: acceptance is "
             "meaningless here, only the per-round cost is (the window always feeds L + 1 tokens).",
             "Wall-clock on a shared CPU is noisy; only GPU figures speak to the GPU goals.",
+            *(["cuda_graphs: every target call after the prefill (plain steps, K-token calls, the loop's window "
+               "calls) replays a CUDA graph captured per input shape (diffspec.ar_image.cuda_graph.GraphedStep) "
+               "in untimed warmup; the loop's own acceptance and bookkeeping stay eager."] if graphs else []),
         ],
     }

@@ -20,13 +20,15 @@
 #   replay   issue 4: speca replaying tiny-dit's calibrated full-step schedule (10 and 17 full steps) on
 #            the real-size configs (scripts/gpu/dit_cache_replay.py)                                   ~4 min
 #   ar-prof  issue 7: torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
+#   ar-graphs issue 7: ar-image-cost with every target call replayed from CUDA graphs (GraphedStep: the eager
+#            calls are launch-bound), after the GraphedStep GPU tests                                     ~5 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-official}"
+stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official}"
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -101,6 +103,11 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
     ar-prof)
       timeout 150 python3 scripts/gpu/profile_mcsjd_round.py --out "$OUT"
       ;;
+    ar-graphs)
+      timeout 120 python3 -m pytest -q -m gpu tests/ar_image/test_cuda_graph.py -x -p no:cacheprovider || exit 1
+      timeout 460 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
+        --set graphs=true --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-$gpu-graphs.json"
+      ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
@@ -110,6 +117,6 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"

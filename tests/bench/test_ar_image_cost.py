@@ -178,3 +178,10 @@ def test_cli_runs_tiny_and_refuses_real_size_on_cpu(tmp_path, capsys: pytest.Cap
     assert code == 0 and out.is_file() and "cost ratio" in printed and "mc-sjd round ms" in printed
     assert main(["bench", "ar-image-cost", "--model", "llamagen-xl", "--device", "cpu"]) == 2
     assert "--allow-cpu" in capsys.readouterr().err
+
+
+def test_cuda_graphs_need_cuda_and_a_bool() -> None:
+    with pytest.raises(ValueError, match="needs --device cuda"):
+        run_ar_image_cost("tiny", device="cpu", overrides={"graphs": True})
+    with pytest.raises(ValueError, match="graphs='yes' must be true or false"):
+        run_ar_image_cost("tiny", device="cpu", overrides={"graphs": "yes"})
