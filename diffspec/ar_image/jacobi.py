@@ -142,7 +142,8 @@ def shift_window(session: ARSession, tokens: torch.Tensor, commit: torch.Tensor,
 
 def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: str, init: str,
                   sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
-                  bar: Any = None, _kept_old_q: bool = False, acceptance: Acceptance | None = None) -> torch.Tensor:
+                  bar: Any = None, _kept_old_q: bool = False, acceptance: Acceptance | None = None,
+                  cuda_graphs: bool = False) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens by speculative Jacobi decoding (exact with the default acceptance).
 
     Args:
@@ -165,6 +166,9 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             re-drafts are the exact test's, every draft's ``q`` stays the law it was drawn from, and the
             relaxation is spent only on the tokens the rule commits. Its mean ``relaxation`` over the
             positions it decided (accepted prefix + first rejection) goes to ``stats.extra["relaxed_tv"]``.
+        cuda_graphs: run the first round eagerly, then replay every later round (target call, acceptance,
+            re-drafts and window bookkeeping) from one CUDA graph, so a round costs one replay and the one
+            host sync (see :func:`check_graphable`: CUDA session, CUDA generators or ``None``, no ``gumbel``).
 
     Returns:
         Image tokens, distributed exactly as the plain loop's (default acceptance).
@@ -172,6 +176,8 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     batch, n = session.batch_size, num_tokens
     dev = session.first_logits.device
     vocab = session.first_logits.shape[-1]
+    if cuda_graphs:
+        check_graphable(dev, coupling, generator)
     forced = session.forced_tokens()
     forced = None if forced is None else forced.to(dev)
     tokens = torch.zeros(batch, n, dtype=torch.long, device=dev)
@@ -196,13 +202,17 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
                                 window_forced(session, pos0))
         tokens[:, 1:length + 1] = drafts
         table = GumbelTable(batch, length, vocab, generator, dev) if coupling == "gumbel" else None
-        done, total = 1, batch
-        while done < n:
+        if cuda_graphs:  # a captured round writes these buffers in place: give q its own dense storage
+            q = q.contiguous().clone()
+        state = {"tokens": tokens, "commit": commit, "q": q}  # what a round reads, then replaces
+
+        def one_round() -> None:
+            """One round on ``state`` (in place under ``cuda_graphs``, so a captured round's buffers stay put)."""
+            tokens, commit, q = state["tokens"], state["commit"], state["q"]
             start = torch.clamp(commit - 1, max=n - length - 1)
             fed = tokens.gather(1, start.unsqueeze(1) + ar)
             logits = session.step(fed, start)
-            calls += 1
-            row_calls += (commit < n).float()
+            row_calls.add_((commit < n).float())
             # logits row of position commit + k is (commit - 1 - start) + k
             idx = (commit - 1 - start).unsqueeze(1) + ar
             logits = logits.gather(1, idx.clamp(max=length).unsqueeze(-1).expand(-1, -1, vocab))
@@ -217,9 +227,9 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             lead = (res.accepted & valid).long().cumprod(1).sum(1)
             if res.relaxation is not None:
                 decided = (ar[:length] <= lead.unsqueeze(1)) & valid
-                relaxed += torch.stack([(res.relaxation * decided).sum(), decided.sum().float()])
-            accepted += lead.sum()
-            proposed += valid.sum()
+                relaxed.add_(torch.stack([(res.relaxation * decided).sum(), decided.sum().float()]))
+            accepted.add_(lead.sum())
+            proposed.add_(valid.sum())
             bonus = sample(p[:, length], generator)
             commit_vals = torch.cat([res.tokens, bonus.unsqueeze(1)], 1)
             step = torch.minimum(lead + 1, n - commit)
@@ -233,12 +243,63 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
             if _kept_old_q:
                 q_re = torch.where(res.accepted.unsqueeze(-1), q, q_re)
             new_commit = commit + step
-            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, q_re, init, generator)
+            new_tokens, new_q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, q_re, init,
+                                             generator)
             if table is not None:
                 table.advance(commit, new_commit)
-            commit = new_commit
-            done, total = round_progress(commit, bar, total)  # the round's one host sync
+            if cuda_graphs:
+                tokens.copy_(new_tokens)
+                q.copy_(new_q)
+                commit.copy_(new_commit)
+            else:
+                state.update(tokens=new_tokens, commit=new_commit, q=new_q)
+
+        graph = None
+        done, total, rounds = 1, batch, 0
+        while done < n:
+            if cuda_graphs and rounds == 1 and graph is None:
+                graph = capture_round(one_round, dev, generator)
+            if graph is not None:
+                graph.replay()
+            else:
+                one_round()
+            calls += 1
+            rounds += 1
+            done, total = round_progress(state["commit"], bar, total)  # the round's one host sync
+        tokens = state["tokens"]
     record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
     if stats is not None and acceptance is not None:
         stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
     return tokens
+
+
+def check_graphable(device: torch.device, coupling: str, generator: Generators) -> None:
+    """Raise ``ValueError`` unless a Jacobi round on ``device`` can be captured in a CUDA graph.
+
+    A captured round must not copy host data to the device (CPU generators draw on the host) nor replace
+    state it keeps between rounds (the ``gumbel`` coupling's table is rebuilt each round).
+    """
+    if device.type != "cuda":
+        raise ValueError(f"cuda_graphs=True needs a CUDA session, got device={str(device)!r}")
+    if coupling == "gumbel":
+        raise ValueError("cuda_graphs=True does not support coupling='gumbel'; use 'maximal' or 'independent'")
+    gens = generator if isinstance(generator, (list, tuple)) else [] if generator is None else [generator]
+    if any(g.device.type != "cuda" for g in gens):
+        raise ValueError("cuda_graphs=True needs CUDA generators (torch.Generator('cuda')) or generator=None; "
+                         "a CPU generator draws on the host, which a CUDA graph cannot replay")
+
+
+def capture_round(one_round: Callable[[], None], device: torch.device, generator: Generators) -> Any:
+    """A CUDA graph of ``one_round`` (captured, not run) with every generator's state registered, so each
+    replay draws fresh numbers as the eager round would."""
+    graph = torch.cuda.CUDAGraph()
+    gens = generator if isinstance(generator, (list, tuple)) else [] if generator is None else [generator]
+    if gens and not hasattr(graph, "register_generator_state"):
+        raise RuntimeError(f"cuda_graphs=True with explicit generators needs a PyTorch whose CUDAGraph has "
+                           f"register_generator_state (this is {torch.__version__}); pass generator=None")
+    for g in dict.fromkeys(gens):  # a generator shared by rows is registered once
+        graph.register_generator_state(g)
+    torch.cuda.synchronize(device)
+    with torch.cuda.graph(graph):
+        one_round()
+    return graph

@@ -194,8 +194,10 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
     cross-check immune to drift between separate measurements; its extra sync makes it slightly
     pessimistic). The first generation of each kind drops ``warmup`` rounds, later ones their first
     round (it also holds the first drafts' set-up); generations restart (new seeds) until both kinds
-    have ``rounds`` rounds. Also returns ``generations``, the number run. ``graphs``: the loop's target calls
-    replay a CUDA graph (captured in each generation's first round, which is never timed).
+    have ``rounds`` rounds. Also returns ``generations``, the number run. ``graphs``: plain generations replay
+    each whole round from one CUDA graph (``jacobi_sample(cuda_graphs=True)``, captured after the first round,
+    which is never timed); instrumented ones replay only the target call (:class:`GraphedStep`), since their
+    synchronised timer cannot be captured.
     """
     config = MCSJDConfig(window=window, **sampling)
     plain: list[float] = []
@@ -205,9 +207,10 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
         while len(plain) < rounds or len(pairs) < rounds:
             instrumented = len(plain) >= rounds or (seed % 2 == 1 and len(pairs) < rounds)
             have = len(pairs) if instrumented else len(plain)
-            session = _graph(_session(target, batch, guidance), graphs, device)
+            session = _session(target, batch, guidance)
             forward: list[float] = []
-            if instrumented:
+            if instrumented:  # its synchronised step cannot sit inside a captured round: graph the step alone
+                _graph(session, graphs, device)
                 _timed_step(session, device, forward)
             if generators == "per-row":
                 gen: Any = [torch.Generator(device).manual_seed(seed * 1000 + b) for b in range(batch)]
@@ -217,7 +220,7 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
             clock = RoundClock(drop + rounds - have)
             try:
                 jacobi_sample(session, target.num_tokens, config.window, config.coupling, config.init,
-                              config.sampling, gen, bar=clock)
+                              config.sampling, gen, bar=clock, cuda_graphs=graphs and not instrumented)
             except _Stop:
                 pass
             synchronize(device)
@@ -404,8 +407,10 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
             "fraction; one extra sync per round makes it slightly pessimistic). Random weights: acceptance is "
             "meaningless here, only the per-round cost is (the window always feeds L + 1 tokens).",
             "Wall-clock on a shared CPU is noisy; only GPU figures speak to the GPU goals.",
-            *(["cuda_graphs: every target call after the prefill (plain steps, K-token calls, the loop's window "
-               "calls) replays a CUDA graph captured per input shape (diffspec.ar_image.cuda_graph.GraphedStep) "
-               "in untimed warmup; the loop's own acceptance and bookkeeping stay eager."] if graphs else []),
+            *(["cuda_graphs: call-K* cells replay each target call from a CUDA graph captured per input shape "
+               "(diffspec.ar_image.cuda_graph.GraphedStep) in untimed warmup; mc-sjd rounds replay the whole round "
+               "(target call, acceptance, re-drafts, bookkeeping) from one graph (jacobi_sample(cuda_graphs=True)) "
+               "plus the round's one host sync; in_round pairs replay only the target call (their timer syncs)."]
+              if graphs else []),
         ],
     }
