@@ -195,9 +195,9 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
     pessimistic). The first generation of each kind drops ``warmup`` rounds, later ones their first
     round (it also holds the first drafts' set-up); generations restart (new seeds) until both kinds
     have ``rounds`` rounds. Also returns ``generations``, the number run. ``graphs``: plain generations replay
-    each whole round from one CUDA graph (``jacobi_sample(cuda_graphs=True)``, captured after the first round,
-    which is never timed); instrumented ones replay only the target call (:class:`GraphedStep`), since their
-    synchronised timer cannot be captured.
+    each whole round from one CUDA graph (``jacobi_sample(cuda_graphs=True)``: the first round eager, the second
+    captures, and neither is timed); instrumented ones replay only the target call (:class:`GraphedStep`,
+    captured in their first round), since their synchronised timer cannot be captured.
     """
     config = MCSJDConfig(window=window, **sampling)
     plain: list[float] = []
@@ -216,7 +216,8 @@ def time_rounds(target: LlamaGenTarget, batch: int, window: int, *, guidance: fl
                 gen: Any = [torch.Generator(device).manual_seed(seed * 1000 + b) for b in range(batch)]
             else:
                 gen = torch.Generator(device).manual_seed(seed)
-            drop = max(warmup, 1) if seed < 2 else 1
+            first = 2 if graphs and not instrumented else 1  # a graphed generation captures in its second round
+            drop = max(warmup, first) if seed < 2 else first
             clock = RoundClock(drop + rounds - have)
             try:
                 jacobi_sample(session, target.num_tokens, config.window, config.coupling, config.init,
