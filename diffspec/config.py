@@ -38,6 +38,12 @@ def check_float(name: str, value: Any, lo: float, hi: float = math.inf, *, lo_op
         raise ValueError(f"{name}={value!r} is out of range: allowed {bracket}{lo}, {hi}]")
 
 
+def check_bool(name: str, value: Any) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is ``True`` or ``False``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be True or False")
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     choices = tuple(choices)
@@ -155,8 +161,7 @@ class ForecastConfig(MethodConfig):
         check_int("order", self.order, 0, 8)
         check_int("interval", self.interval, 1, 1000)
         check_int("warmup", self.warmup, 1, 10_000)
-        if not isinstance(self.last_step_full, bool):
-            raise ValueError(f"last_step_full={self.last_step_full!r} must be True or False")
+        check_bool("last_step_full", self.last_step_full)
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))
         check_choice("granularity", self.granularity, GRANULARITIES)
@@ -238,8 +243,7 @@ class SpecaConfig(MethodConfig):
             check_float("beta", self.beta, 0.0, 100.0, lo_open=True)
         if self.tau_min is not None:
             check_float("tau_min", self.tau_min, 0.0)
-        if not isinstance(self.last_step_full, bool):
-            raise ValueError(f"last_step_full={self.last_step_full!r} must be True or False")
+        check_bool("last_step_full", self.last_step_full)
         check_choice("policy", self.policy, ("strict", "lazy"))
         check_choice("metric", self.metric, ("rel_l1", "rel_res", "rel_l1_mean"))
         check_choice("form", self.form, ("newton", "taylor"))
@@ -276,8 +280,7 @@ def check_lookahead(lookahead: Any, max_lookahead: Any, adaptive: Any) -> None:
     check_int("max_lookahead", max_lookahead, 1, 256)
     if max_lookahead < lookahead:
         raise ValueError(f"max_lookahead={max_lookahead} is out of range: allowed [lookahead={lookahead}, 256]")
-    if not isinstance(adaptive, bool):
-        raise ValueError(f"adaptive={adaptive!r} must be True or False")
+    check_bool("adaptive", adaptive)
 
 
 @dataclass(frozen=True)

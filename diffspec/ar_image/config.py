@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import MethodConfig, check_choice, check_float, check_int
+from ..config import MethodConfig, check_bool, check_choice, check_float, check_int
 
 INITS = ("uniform", "uniform-onehot", "repeat")
 """How a position entering the window is first drafted (see :class:`SJDConfig`)."""
@@ -76,6 +76,9 @@ class SJDConfig(ARSamplingConfig):
             the first round's drafts are inits, and a flat first context (``"repeat"``) settles in
             far fewer calls than a noise image on the shipped models (README, AR image benchmarks).
         temperature, top_k, top_p: see :class:`ARSamplingConfig`.
+        cuda_graphs: after one eager round, replay every round (target call, acceptance, re-drafts) from one
+            CUDA graph (:func:`~diffspec.ar_image.jacobi.jacobi_sample`); needs a CUDA target and CUDA generators
+            (``torch.Generator("cuda")``) or none. Experimental: its GPU tests exist, its speed is not measured yet.
 
     Example:
         >>> SJDConfig(window=16, init="repeat").window
@@ -87,11 +90,13 @@ class SJDConfig(ARSamplingConfig):
 
     window: int = 16
     init: str = "repeat"
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("window", self.window, 1, 4096)
         check_choice("init", self.init, INITS)
+        check_bool("cuda_graphs", self.cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class MCSJDConfig(ARSamplingConfig):
     Args:
         window: drafts verified per call (the paper's L = 64 for images).
         coupling: ``"maximal"`` or ``"gumbel"``.
-        init, temperature, top_k, top_p: see :class:`SJDConfig`.
+        init, temperature, top_k, top_p, cuda_graphs: see :class:`SJDConfig` (``cuda_graphs`` needs ``"maximal"``).
 
     Example:
         >>> MCSJDConfig(coupling="gumbel").window
@@ -119,12 +124,16 @@ class MCSJDConfig(ARSamplingConfig):
     window: int = 64
     coupling: str = "maximal"
     init: str = "repeat"
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("window", self.window, 1, 4096)
         check_choice("coupling", self.coupling, COUPLINGS[1:])
         check_choice("init", self.init, INITS)
+        check_bool("cuda_graphs", self.cuda_graphs)
+        if self.cuda_graphs and self.coupling == "gumbel":
+            raise ValueError("cuda_graphs=True does not support coupling='gumbel'; use coupling='maximal'")
 
 
 @dataclass(frozen=True)
@@ -305,8 +314,7 @@ class GSDConfig(ARSamplingConfig):
         check_choice("embed_source", self.embed_source, ("embeddings", "codebook"))
         if self.embed_quantile is not None:
             check_float("embed_quantile", self.embed_quantile, 0.0, 1.0, lo_open=True)
-        if not isinstance(self.group_onehot, bool):
-            raise ValueError(f"group_onehot={self.group_onehot!r} must be True or False")
+        check_bool("group_onehot", self.group_onehot)
         if self.max_tv is not None:
             check_float("max_tv", self.max_tv, 0.0, 1.0)
         if self.min_run is not None:

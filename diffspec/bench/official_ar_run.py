@@ -35,6 +35,8 @@ NOTES = [
     "with init 'uniform-onehot' (the official init law); sjd-official-L* = SJD's LlamaGenSolver + SJD's renew_sampler; "
     "scd-official-L* = SJD's LlamaGenSolver + SCD's jacobi_iteration_lumina_mgpt_SCDMC.renew_sampler (drop-in: same "
     "patching and fields), both unmodified.",
+    "on CUDA, *-graphs arms are the diffspec arm of the same name with cuda_graphs=True (after one eager round, "
+    "every round replays one CUDA graph); comparisons stay eager against eager.",
     "official Jacobi interval: the official loop sizes the next window from the length before the current commit, so "
     "jacobi_loop_interval_r = N - L is the largest value that stays inside the 64-token image (the official LlamaGen "
     "driver uses N - L - 2); the official code decodes its last L tokens one per call, and L = 64 (MC-SJD's image "
@@ -167,6 +169,10 @@ def run_official_peers(*, sjd_repo: str | None = None, scd_repo: str | None = No
                 continue
             s = spec(method, window=w, **kw)
             arms[name] = {"call": _diffspec_arm(s, guidance, device=dev), "peer": False, "config": s.config.to_dict()}
+            if dev.type == "cuda" and "onehot" not in name:  # the same arm, every round replayed from a CUDA graph
+                g = spec(method, window=w, cuda_graphs=True, **kw)
+                arms[f"{name}-graphs"] = {"call": _diffspec_arm(g, guidance, device=dev), "peer": False,
+                                          "config": g.config.to_dict()}
         if w not in windows:
             continue
         for sched in ("sjd", "scd"):

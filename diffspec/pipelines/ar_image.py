@@ -94,7 +94,8 @@ class ARImagePipeline(SpeculativePipeline):
                                    config.follow, config.init, config.sampling, generator, self.stats, bar,
                                    acceptance=self._acceptance(config))  # type: ignore[arg-type]
         return jacobi_sample(session, self.pipe.num_tokens, config.window, config.coupling, config.init,
-                             config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config))
+                             config.sampling, generator, self.stats, bar, acceptance=self._acceptance(config),
+                             cuda_graphs=getattr(config, "cuda_graphs", False))
 
     def _acceptance(self, config: MethodConfig) -> GroupAcceptance | ClusterAcceptance | None:
         """The verification rule of ``config``: None (exact MRS), ``gsd``'s group or cluster test."""

@@ -31,3 +31,11 @@ def test_mc_coupling_choices():
         MCSJDConfig(coupling="independent")
     with pytest.raises(ValueError, match="SJDConfig has no field"):
         SJDConfig().replace(coupling="maximal")
+
+
+def test_cuda_graphs_field_is_checked():
+    assert SJDConfig(cuda_graphs=True).cuda_graphs and not MCSJDConfig().cuda_graphs
+    with pytest.raises(ValueError, match="cuda_graphs='yes' must be True or False"):
+        MCSJDConfig(cuda_graphs="yes")
+    with pytest.raises(ValueError, match="does not support coupling='gumbel'"):
+        MCSJDConfig(coupling="gumbel", cuda_graphs=True)
