@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "multimodal, multimodal-action, multimodal-cost, speech, kernels)")
     bench.add_argument("--model", default=None,
                        help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
-                       "sd3-1024 | flux-1024 on a GPU), tiny-ar (ar-image), tiny | llamagen-xl | llamagen-7b-size, "
+                       "sd3-1024 | flux-1024 | wan-1.3b-512-17f on a GPU), tiny-ar (ar-image), tiny | llamagen-xl | llamagen-7b-size, "
                        "comma-separated (ar-image-cost), tiny-vlm (multimodal), tiny-vla "
                        "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost); kernels takes none")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")

@@ -5,7 +5,7 @@ Two workloads (:mod:`.dit_cache_workloads`):
 * **pipeline** (``--model tiny-dit`` or a local ``DiTPipeline`` folder): the full diffusers
   pipeline (DDIM, classifier-free guidance, VAE decode) on trained weights, so quality is real:
   PSNR/SSIM vs the same-seed baseline images, reference FID and class accuracy.
-* **loop** (``--model dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024``, or the ``tiny-*``
+* **loop** (``--model dit-xl-2-256 | pixart-1024 | sd3-1024 | flux-1024 | wan-1.3b-512-17f``, or the ``tiny-*``
   configs): a random-weight transformer of that architecture in a plain Euler loop, for speed at
   real size (GPU); quality is the PSNR of the final latents vs the baseline's.
 
