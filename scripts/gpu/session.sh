@@ -4,6 +4,7 @@
 #
 #   here:   bash scripts/gpu/fetch_wheels.sh          # diffusers, cache-dit -> .whl/
 #   device: run(command="bash scripts/gpu/session.sh kernels", carry=[".whl"], timeout_s=600)
+#           (several stages in one call: session.sh ar-graphs ar-official, with carry=[".whl", ".peers"])
 #
 # Stages, in the order to run them when device time is short (30 min per session, starts included):
 #   kernels  issue 9: GPU kernel tests, `bench kernels` (GB/s vs copy bandwidth, vs torch/compile/FlashInfer),
@@ -28,7 +29,7 @@
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-stage="${1:?usage: session.sh kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official}"
+[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -39,10 +40,12 @@ else
   export PYTHONPATH="$PWD"
 fi
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
-log="$OUT/$stage.log"
 gpu=$(python3 -c "import torch; n = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'; \
 print(next((k for k in ('h100', 'h200', 'a100', 'l40s') if k in n.lower()), 'gpu'))")
 ds() { python3 -m diffspec "$@"; }
+status=0
+for stage in "$@"; do  # several stages in one call save machine starts; each keeps its own log
+log="$OUT/$stage.log"
 {
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
@@ -120,3 +123,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
     *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { echo "stage $stage exited $rc"; status=$rc; }
+done
+exit $status
