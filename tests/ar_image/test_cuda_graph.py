@@ -77,8 +77,8 @@ def test_graphed_rounds_commit_the_eager_tokens(coupling):
     assert stats[0] == stats[1] and stats[0][0] > 2  # the graph replayed several rounds
 
 
-@pytest.mark.parametrize("init", ["repeat", "uniform"])
-def test_in_place_rounds_match_the_eager_rounds(monkeypatch, init):
+@pytest.mark.parametrize(("coupling", "init"), [("maximal", "repeat"), ("maximal", "uniform"), ("independent", "repeat")])
+def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
     """The buffers a captured round writes in place (CPU stand-in: "replay" reruns the round) give the tokens and
     counts of the eager loop, which rebinds them; the first round runs before any capture."""
     import diffspec.ar_image.jacobi as jacobi_module
@@ -96,7 +96,7 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, init):
     for graphs in (False, True):
         st = SpecStats(method="mc-sjd")
         gens = [torch.Generator().manual_seed(10 + b) for b in range(3)]
-        out.append(jacobi_sample(_session(target, 3, 4.0), 64, 8, "maximal", init, {"temperature": 1.0}, gens,
+        out.append(jacobi_sample(_session(target, 3, 4.0), 64, 8, coupling, init, {"temperature": 1.0}, gens,
                                  stats=st, cuda_graphs=graphs))
         counts.append((st.target_calls, st.accepted, st.proposed))
     assert torch.equal(out[0], out[1]) and counts[0] == counts[1]
