@@ -23,13 +23,15 @@
 #   ar-prof  issue 7: torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
 #   ar-graphs issue 7: ar-image-cost with every target call replayed from CUDA graphs (GraphedStep: the eager
 #            calls are launch-bound), after the GraphedStep GPU tests                                     ~5 min
+#   dit-graphs issue 4: dit-cache on dit-xl-2-256 and pixart-1024 with --compile reduce-overhead (CUDA graphs) for
+#            every arm: checks that graph replays leave the forecast hooks' anchors intact (PSNR as eager)  ~4 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -111,6 +113,13 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       timeout 460 python3 -m diffspec bench ar-image-cost --model llamagen-xl,llamagen-7b-size --device cuda \
         --set graphs=true --repeats 30 --warmup 5 --out "$OUT/ar-image-cost-$gpu-graphs.json"
       ;;
+    dit-graphs)
+      for m in dit-xl-2-256 pixart-1024; do
+        timeout 230 python3 -m diffspec bench dit-cache --model $m --device cuda --steps 50 \
+          --methods taylor,speca,diffusers-magcache,fewer-steps --repeats 3 --warmup 1 --compile reduce-overhead \
+          --out "$OUT/dit-cache-$m-$gpu-graphs.json"
+      done
+      ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
@@ -120,7 +129,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
