@@ -25,13 +25,15 @@
 #            calls are launch-bound), after the GraphedStep GPU tests                                     ~5 min
 #   dit-graphs issue 4: dit-cache on dit-xl-2-256 and pixart-1024 with --compile reduce-overhead (CUDA graphs) for
 #            every arm: checks that graph replays leave the forecast hooks' anchors intact (PSNR as eager)  ~4 min
+#   dit-prof issue 4: torch.profiler of whole dit-cache runs per arm on dit-xl-2-256 and pixart-1024 (launches,
+#            host syncs, GPU time: why a forecast step costs 3-9 ms there) (scripts/gpu/profile_dit_step.py) ~2 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -120,6 +122,11 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
           --out "$OUT/dit-cache-$m-$gpu-graphs.json"
       done
       ;;
+    dit-prof)
+      for m in dit-xl-2-256 pixart-1024; do
+        timeout 150 python3 scripts/gpu/profile_dit_step.py --model $m --out "$OUT"
+      done
+      ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
@@ -129,7 +136,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
