@@ -273,6 +273,13 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     return tokens
 
 
+def _generators(generator: Generators) -> list[torch.Generator]:
+    """``generator`` as a list (one per row, a single shared one, or none)."""
+    if isinstance(generator, (list, tuple)):
+        return list(generator)
+    return [] if generator is None else [generator]
+
+
 def check_graphable(device: torch.device, coupling: str, generator: Generators) -> None:
     """Raise ``ValueError`` unless a Jacobi round on ``device`` can be captured in a CUDA graph.
 
@@ -283,7 +290,7 @@ def check_graphable(device: torch.device, coupling: str, generator: Generators) 
         raise ValueError(f"cuda_graphs=True needs a CUDA session, got device={str(device)!r}")
     if coupling == "gumbel":
         raise ValueError("cuda_graphs=True does not support coupling='gumbel'; use 'maximal' or 'independent'")
-    gens = generator if isinstance(generator, (list, tuple)) else [] if generator is None else [generator]
+    gens = _generators(generator)
     if any(g.device.type != "cuda" for g in gens):
         raise ValueError("cuda_graphs=True needs CUDA generators (torch.Generator('cuda')) or generator=None; "
                          "a CPU generator draws on the host, which a CUDA graph cannot replay")
@@ -293,7 +300,7 @@ def capture_round(one_round: Callable[[], None], device: torch.device, generator
     """A CUDA graph of ``one_round`` (captured, not run) with every generator's state registered, so each
     replay draws fresh numbers as the eager round would."""
     graph = torch.cuda.CUDAGraph()
-    gens = generator if isinstance(generator, (list, tuple)) else [] if generator is None else [generator]
+    gens = _generators(generator)
     if gens and not hasattr(graph, "register_generator_state"):
         raise RuntimeError(f"cuda_graphs=True with explicit generators needs a PyTorch whose CUDAGraph has "
                            f"register_generator_state (this is {torch.__version__}); pass generator=None")
