@@ -40,7 +40,7 @@ from ..ar_image.cuda_graph import GraphedStep
 from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from ..ar_image.llamagen_session import LlamaGenTarget
-from ..config import check_choice, check_float, check_int
+from ..config import check_bool, check_choice, check_float, check_int
 from ..progress import progress
 from .ar_image_cost_report import fed_k, project, read_compression
 from .timing import latency_summary, synchronize
@@ -287,8 +287,7 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
     check_float("guidance_scale", guidance, 0.0)
     check_choice("generators", cfg["generators"], ("per-row", "single"))
     graphs = cfg["graphs"]
-    if not isinstance(graphs, bool):
-        raise ValueError(f"graphs={graphs!r} must be true or false")
+    check_bool("graphs", graphs)
     if graphs and dev.type != "cuda":
         raise ValueError(f"graphs=true replays CUDA graphs and needs --device cuda (device is {dev})")
     sampling = MCSJDConfig(**{k: cfg[k] for k in ("temperature", "top_k", "top_p") if k in cfg}).sampling

@@ -183,5 +183,5 @@ def test_cli_runs_tiny_and_refuses_real_size_on_cpu(tmp_path, capsys: pytest.Cap
 def test_cuda_graphs_need_cuda_and_a_bool() -> None:
     with pytest.raises(ValueError, match="needs --device cuda"):
         run_ar_image_cost("tiny", device="cpu", overrides={"graphs": True})
-    with pytest.raises(ValueError, match="graphs='yes' must be true or false"):
+    with pytest.raises(ValueError, match="graphs='yes' must be True or False"):
         run_ar_image_cost("tiny", device="cpu", overrides={"graphs": "yes"})
