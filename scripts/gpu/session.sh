@@ -27,13 +27,16 @@
 #            every arm: checks that graph replays leave the forecast hooks' anchors intact (PSNR as eager)  ~4 min
 #   dit-prof issue 4: torch.profiler of whole dit-cache runs per arm on dit-xl-2-256 and pixart-1024 (launches,
 #            host syncs, GPU time: why a forecast step costs 3-9 ms there) (scripts/gpu/profile_dit_step.py) ~2 min
+#   flux-fixed issue 4: the per-image costs a FLUX pipeline adds around the loop (T5-XXL, CLIP-L, VAE decode at
+#            1024², random weights) and the end-to-end speedups they leave of the loop's (run after `flux`
+#            on the same GPU kind, or with its committed JSON) (scripts/gpu/flux_fixed_costs.py)     ~1-2 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|flux-fixed|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -127,6 +130,13 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         timeout 150 python3 scripts/gpu/profile_dit_step.py --model $m --out "$OUT"
       done
       ;;
+    flux-fixed)
+      loop=""
+      for f in "$OUT/dit-cache-flux-1024-$gpu-eager.json" "benchmarks/results/dit-cache-flux-1024-$gpu-eager.json"; do
+        [ -f "$f" ] && { loop="--loop-json $f"; break; }
+      done
+      timeout 300 python3 scripts/gpu/flux_fixed_costs.py $loop --out "$OUT"
+      ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
@@ -136,7 +146,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|flux-fixed|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
