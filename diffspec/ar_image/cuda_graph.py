@@ -9,7 +9,7 @@ call; a tuned deployment removes the launches with CUDA graphs, so a fair GPU ba
 so one graph serves every round of a Jacobi window (``K = L + 1`` fixed) and every plain step (``K = 1``).
 
 Requirements of the wrapped ``step``: no host syncs, no new device memory that outlives the call except its
-output, and in-place cache writes (all true of ``LlamaGenSession.step``). The warmup calls before a capture
+output, and in-place cache writes (a ``graph_safe`` session, e.g. ``LlamaGenSession``). The warmup calls before a capture
 run the step for real on the same inputs; that is harmless for ``LlamaGenSession`` (it rewrites the same cache
 slots with the same values), and the captured call is replayed once to produce the first output.
 

@@ -177,7 +177,7 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     dev = session.first_logits.device
     vocab = session.first_logits.shape[-1]
     if cuda_graphs:
-        check_graphable(dev, coupling, generator)
+        check_graphable(session, coupling, generator)
     forced = session.forced_tokens()
     forced = None if forced is None else forced.to(dev)
     tokens = torch.zeros(batch, n, dtype=torch.long, device=dev)
@@ -280,14 +280,22 @@ def _generators(generator: Generators) -> list[torch.Generator]:
     return [] if generator is None else [generator]
 
 
-def check_graphable(device: torch.device, coupling: str, generator: Generators) -> None:
-    """Raise ``ValueError`` unless a Jacobi round on ``device`` can be captured in a CUDA graph.
+def check_graphable(session: ARSession, coupling: str, generator: Generators) -> None:
+    """Raise ``ValueError`` unless a Jacobi round of ``session`` can be captured in a CUDA graph.
 
-    A captured round must not copy host data to the device (CPU generators draw on the host) nor replace
-    state it keeps between rounds (the ``gumbel`` coupling's table is rebuilt each round).
+    A captured round must not copy host data to the device (CPU generators draw on the host, forced tokens kept
+    on the host would be copied) nor replace state it keeps between rounds (the ``gumbel`` coupling's table is
+    rebuilt each round; a session's cache must be static: :attr:`~diffspec.ar_image.target.ARSession.graph_safe`).
     """
+    device = session.first_logits.device
     if device.type != "cuda":
         raise ValueError(f"cuda_graphs=True needs a CUDA session, got device={str(device)!r}")
+    if not getattr(session, "graph_safe", False):
+        raise ValueError(f"cuda_graphs=True needs a session whose step can be replayed from a CUDA graph (a static "
+                         f"KV cache, e.g. LlamaGen's); {type(session).__name__} is not graph_safe")
+    forced = session.forced_tokens()
+    if forced is not None and forced.device != device:
+        raise ValueError(f"cuda_graphs=True: the session's forced tokens are on {forced.device}, not {device}")
     if coupling == "gumbel":
         raise ValueError("cuda_graphs=True does not support coupling='gumbel'; use 'maximal' or 'independent'")
     gens = _generators(generator)

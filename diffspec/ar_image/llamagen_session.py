@@ -49,6 +49,8 @@ class LlamaGenSession(ARSession):
         cond_mask: t2i only, ``(B, cls_token_num)`` bool, False for padded caption slots.
     """
 
+    graph_safe = True  # static per-row KV cache written in place; step() neither syncs nor copies from the host
+
     def __init__(
         self,
         model: LlamaGenTransformer,

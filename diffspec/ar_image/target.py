@@ -38,12 +38,17 @@ class ARSession(ABC):
             ``(cfg_branches * batch_size, T, dim)`` final hidden states (conditional rows first);
             after the prefill ``last_hidden[:, -1]`` is the feature predicting image token 0.
             ``None`` (the default) for targets that do not expose them.
+        graph_safe: ``step`` can be captured in a CUDA graph and replayed: fixed-size state written in
+            place (a static KV cache), no host syncs, no host-to-device copies. ``False`` by default: a
+            growing cache (transformers' ``DynamicCache``) would be replayed against the state it had at
+            capture, silently.
     """
 
     batch_size: int
     first_logits: torch.Tensor
     cfg_branches: int = 1
     last_hidden: torch.Tensor | None = None
+    graph_safe: bool = False
 
     @abstractmethod
     def step(self, tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:

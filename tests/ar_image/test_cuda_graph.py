@@ -101,3 +101,26 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
         counts.append((st.target_calls, st.accepted, st.proposed))
     assert torch.equal(out[0], out[1]) and counts[0] == counts[1]
     assert captured == [1]
+
+
+def test_only_graph_safe_sessions_are_captured():
+    """A session whose cache grows (transformers' DynamicCache) would be replayed against its capture-time state."""
+    from types import SimpleNamespace
+
+    from diffspec.ar_image.hf_session import HFImageSession
+    from diffspec.ar_image.jacobi import check_graphable
+    from diffspec.ar_image.llamagen_session import LlamaGenSession
+
+    assert LlamaGenSession.graph_safe and not HFImageSession.graph_safe
+    on_cuda = SimpleNamespace(device=torch.device("cuda"))
+    with pytest.raises(ValueError, match="is not graph_safe"):
+        check_graphable(SimpleNamespace(first_logits=on_cuda, forced_tokens=lambda: None), "maximal", None)
+    session = SimpleNamespace(first_logits=on_cuda, graph_safe=True, forced_tokens=lambda: torch.tensor([-1, 3]))
+    with pytest.raises(ValueError, match="forced tokens are on cpu"):
+        check_graphable(session, "maximal", None)
+    session.forced_tokens = lambda: None
+    check_graphable(session, "maximal", None)
+    with pytest.raises(ValueError, match="coupling='gumbel'"):
+        check_graphable(session, "gumbel", None)
+    with pytest.raises(ValueError, match="needs CUDA generators"):
+        check_graphable(session, "maximal", [torch.Generator()])
