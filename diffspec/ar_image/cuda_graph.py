@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ..config import check_int
+
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -44,8 +46,7 @@ class GraphedStep:
         self.device = torch.device(device)
         if self.device.type != "cuda":
             raise ValueError(f"GraphedStep needs a CUDA device, got device={str(self.device)!r}")
-        if warmup < 0:
-            raise ValueError(f"warmup={warmup} is out of range; must be >= 0")
+        check_int("warmup", warmup, 0)
         self.step, self.warmup = step, warmup
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
