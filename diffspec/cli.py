@@ -57,8 +57,13 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
 
 def _step_counts(text: str) -> int | list[int]:
     """``"100"`` -> 100; ``"50,100,250"`` -> a sweep (exact-diffusion)."""
-    values = [_positive(v) for v in text.split(",") if v.strip()]
+    values = _positive_list(text)
     return values[0] if len(values) == 1 else values
+
+
+def _positive_list(text: str) -> list[int]:
+    """``"12,18"`` -> ``[12, 18]`` (each >= 1)."""
+    return [_positive(v) for v in text.split(",") if v.strip()]
 
 
 def _positive(text: str) -> int:
@@ -128,11 +133,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
                                    device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
-                                   out=args.out, overrides=parse_overrides(args.set))
+                                   out=args.out, overrides=parse_overrides(args.set),
+                                   schedules=args.schedules,
+                                   schedule_granularities=args.schedule_granularities.split(","))
     verdict = "reached" if record["reached"] else "NOT reached (best PSNR kept)"
     print(f"speca thresholds: tau0={record['tau0']:.4g} beta={record['beta']:g} tau_min={record['tau_min']:g}; "
           f"target {record['target_psnr']} dB {verdict}: {record['psnr']} dB with {record['full_steps']}/"
           f"{record['steps']} full steps on {record['samples']} samples")
+    for e in record.get("schedules", []):
+        print(f"schedule of {e['full_steps']} full steps ({e['granularity']}, from the {e['start']}): "
+              f"{e['psnr']} dB: {e['schedule']}")
     print(f"wrote {path}")
     return 0
 
@@ -278,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other speca settings (k_max=...)")
     cal.add_argument("--device", default=None)
     cal.add_argument("--dtype", choices=DTYPES, default=None)
+    cal.add_argument("--schedules", type=_positive_list, default=[], metavar="N,N",
+                     help="also search a fixed placement of N full steps per size (replayed by speca's replay_steps)")
+    cal.add_argument("--schedule-granularities", default="block", metavar="G,G",
+                     help="granularities to search the schedules at: block, module (default block)")
     cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json (default: the model's)")
     cal.set_defaults(func=cmd_calibrate)
 

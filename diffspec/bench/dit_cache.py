@@ -178,16 +178,16 @@ def _speca_thresholds(workload: Workload) -> dict[str, float]:
     return {k: config[k] for k in ("tau0", "beta", "tau_min")}
 
 
-def _speca_full_rate(workload: Workload) -> list[float] | None:
-    """Per step, how often the calibrated gate ran in full (the model folder's calibration record, if it
-    has one for this number of steps), for ``speca-replay``."""
+def _speca_record(workload: Workload) -> dict[str, Any] | None:
+    """The model folder's calibration record, if it has one for this number of steps, for ``speca-replay``
+    (its ``full_rate``: per step, how often the calibrated gate ran in full; its searched ``schedules``)."""
     from ..forecast.calibrate import load_calibration
 
     pipe = getattr(workload, "pipe", None)
     record = load_calibration(getattr(pipe, "name_or_path", None)) if pipe is not None else None
     if record is None or record.get("steps") != workload.steps:
         return None
-    return record.get("full_rate")
+    return record
 
 
 def default_steps(model: str) -> int:
@@ -242,7 +242,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         equal = run_equal_evals(workload, methods=methods, budgets=list(budget_evals), device=dev, repeats=repeats,
                                 warmup=warmup, quality_samples=quality_samples, show_progress=show_progress,
                                 resolve_speca=lambda: _speca_thresholds(workload),
-                                resolve_full_rate=lambda: _speca_full_rate(workload))
+                                resolve_record=lambda: _speca_record(workload))
         runs, equal = equal["runs"], equal["equal_evals"]
     else:
         arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)

@@ -58,12 +58,14 @@ attention only, so its draft steps still run every MLP and cannot reach small bu
 
 
 def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str, float] | None = None,
-                   full_rate: list[float] | None = None) -> list[dict[str, Any]]:
+                   full_rate: list[float] | None = None, schedules: list[dict[str, Any]] | None = None
+                   ) -> list[dict[str, Any]]:
     """The settings searched for ``method``: knob dicts, each a few values per knob.
 
     ``speca_thresholds``: the calibrated ``tau0`` / ``beta`` / ``tau_min``; candidates scale ``tau0``.
     ``full_rate``: per step, how often the calibrated gate ran the step in full on the calibration
     record's seeds; ``speca-replay`` replays its top ``n`` steps (no verifier) for ``n`` near each budget.
+    ``schedules``: the record's searched placements (``diffspec calibrate --schedules``), also replayed.
 
     Example:
         >>> len(candidate_grid("diffusers-fbc", [13.0]))
@@ -86,8 +88,11 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
             raise ValueError("equal-evals: speca-replay needs the calibration record's full_rate "
                              "(rerun `diffspec calibrate` on this model)")
         ns = sorted({n for b in budgets for n in (int(b) - 2, int(b) - 1, int(b)) if 1 <= n <= len(full_rate)})
-        return [{"granularity": g, "order": o, "replay_steps": replay_schedule(full_rate, n)}
-                for g, o, n in itertools.product(("block", "module"), (1, 2), ns)]
+        thinned = [{"granularity": g, "order": o, "replay_steps": replay_schedule(full_rate, n)}
+                   for g, o, n in itertools.product(("block", "module"), (1, 2), ns)]
+        searched = [{"granularity": e["granularity"], "order": e["order"], "replay_steps": tuple(e["schedule"])}
+                    for e in schedules or []]
+        return thinned + searched
     if method == "diffusers-taylorseer":
         return [{"cache": c, "cache_interval": i, "max_order": o, "disable_cache_before_step": w}
                 for c, i, o, w in itertools.product(("attention", "attention+ff"), (3, 4, 5, 6), (1, 2), (2, 3))]
@@ -168,13 +173,13 @@ def select(search: list[dict[str, Any]], budget: float) -> dict[str, Any]:
 
 def search_settings(workload: Workload, methods: list[str], budgets: list[float], calibration_seeds: list[int],
                     speca_thresholds: dict[str, float] | None, magcache_ratios: list[float] | None,
-                    show_progress: bool = True, full_rate: list[float] | None = None
-                    ) -> tuple[dict[str, list[dict[str, Any]]], int]:
+                    show_progress: bool = True, full_rate: list[float] | None = None,
+                    schedules: list[dict[str, Any]] | None = None) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """Run every candidate of every method once on ``calibration_seeds``; returns the search and full units."""
     baseline = Arm("baseline", lambda seeds: workload.generate(seeds))
     per_call, reference = count_compute(workload, baseline, calibration_seeds)
     full_units = max(per_call)
-    jobs = [(m, knobs) for m in methods for knobs in candidate_grid(m, budgets, speca_thresholds, full_rate)]
+    jobs = [(m, knobs) for m in methods for knobs in candidate_grid(m, budgets, speca_thresholds, full_rate, schedules)]
     searched: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     with torch.inference_mode():
         for method, knobs in progress(jobs, desc="equal-evals search", disable=not show_progress):
@@ -187,7 +192,7 @@ def search_settings(workload: Workload, methods: list[str], budgets: list[float]
 def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: list[float], device: torch.device,
                     repeats: int, warmup: int, quality_samples: int, calibration_samples: int | None = None,
                     show_progress: bool = True, resolve_speca: Callable[[], dict[str, float]] | None = None,
-                    resolve_full_rate: Callable[[], list[float] | None] | None = None) -> dict[str, Any]:
+                    resolve_record: Callable[[], dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Search each arm's setting per budget, then measure all kept settings side by side.
 
     Returns ``{"runs", "equal_evals"}``: runs named ``METHOD@BUDGET`` in the order budget, method, with
@@ -208,14 +213,15 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
     n = calibration_samples or workload.batch
     calibration_seeds = list(range(CALIBRATION_SEED0, CALIBRATION_SEED0 + n))
     thresholds = resolve_speca() if resolve_speca and "speca" in methods else None
-    full_rate = resolve_full_rate() if resolve_full_rate and "speca-replay" in methods else None
+    record = (resolve_record() if resolve_record and "speca-replay" in methods else None) or {}
+    full_rate, schedules = record.get("full_rate"), record.get("schedules")
     ratios = None
     if "diffusers-magcache" in methods:
         with torch.inference_mode():
             ratios = calibrate_magcache(workload.transformer, workload.steps,
                                         lambda: workload.generate(calibration_seeds))
     searched, _ = search_settings(workload, methods, budgets, calibration_seeds, thresholds, ratios, show_progress,
-                                  full_rate)
+                                  full_rate, schedules)
     arms = [Arm("baseline", lambda seeds: workload.generate(seeds), config={"num_inference_steps": workload.steps})]
     chosen: dict[str, tuple[float, str, dict[str, Any]]] = {}
     for budget in budgets:
@@ -234,7 +240,7 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
                               "calibration_psnr": pick["psnr"], "over_budget_in_search": pick["over_budget"]})
     return {"runs": runs, "equal_evals": {
         "budgets": budgets, "calibration_seeds": calibration_seeds, "speca_calibrated_thresholds": thresholds,
-        "speca_replay_full_rate": full_rate,
+        "speca_replay_full_rate": full_rate, "speca_replay_searched_schedules": schedules,
         "magcache_ratios_from": "calibrate=True run on the calibration seeds" if ratios else None,
         "rule": "per arm and budget: the searched setting with the best PSNR vs the full run on the calibration "
                 "seeds among those with counted evals per generation <= budget; if none, the cheapest (over_budget)",

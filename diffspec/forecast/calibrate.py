@@ -15,6 +15,9 @@ records ``full_rate``: per step, how often the kept setting's gate ran the step 
 calibration seeds. :func:`replay_schedule` turns it into ``SpecaConfig(replay_steps=...)``, which
 replays that schedule without the verifier (no check cost): the run to report next to the gate's own
 on models whose weights make the gate's decisions unrepresentative (random-weight speed configs).
+With ``schedules``, :func:`calibrate_model` also searches a fixed placement of that many full steps
+against the full run (:mod:`~diffspec.forecast.schedule_search`), starting from the even grid and from
+the gate's placement; :func:`calibrated_schedule` reads it back for ``replay_steps``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..config import SpecaConfig, check_float, check_int
+from ..config import SpecaConfig, check_choice, check_float, check_int
 from ..progress import progress
 from ..stats import SpecStats
 
@@ -187,6 +190,7 @@ def resolve_thresholds(config: SpecaConfig, folder: str | Path | None) -> tuple[
 def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps: int | None = None, samples: int = 8,
                     device: str | None = None, dtype: str | None = None, guidance_scale: float = 4.0,
                     out: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                    schedules: Sequence[int] = (), schedule_granularities: Sequence[str] = ("block",),
                     show_progress: bool = True) -> tuple[dict[str, Any], Path]:
     """Calibrate ``speca`` on a model and save the record (what ``diffspec calibrate`` runs).
 
@@ -198,9 +202,13 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         samples: calibration samples (seeds 5000 onwards, never used by the benchmarks).
         out: folder to write :data:`CALIBRATION_FILE` into.
         overrides: other ``speca`` settings (``k_max``, ``order``...).
+        schedules: also search a fixed placement of this many full steps, per size and per
+            ``schedule_granularities`` entry (:func:`~diffspec.forecast.schedule_search.search_schedules`);
+            saved under ``"schedules"``, read back by :func:`calibrated_schedule`.
 
     Example:
-        >>> record, path = calibrate_model("tiny-dit", target_psnr=30)  # doctest: +SKIP
+        >>> record, path = calibrate_model("tiny-dit", target_psnr=30, schedules=[12])  # doctest: +SKIP
+        >>> SpecaConfig(replay_steps=calibrated_schedule(record, 12))  # doctest: +SKIP
     """
     from ..bench.dit_cache import default_steps, make_workload
     from ..bench.models import SPECS
@@ -215,13 +223,21 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
     steps = steps or default_steps(model)
+    for n_full in schedules:  # checked before the threshold search, not after it
+        check_int("schedules", n_full, 3, steps)
+    for granularity in schedule_granularities:
+        check_choice("schedule_granularities", granularity, ("block", "module"))
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
                              guidance_scale=guidance_scale)
     seeds = list(range(5000, 5000 + samples))
 
+    reference: list[torch.Tensor] = []
+
     def generate(config: SpecaConfig | None) -> tuple[torch.Tensor, SpecStats | None]:
         if config is None:
-            return workload.generate(seeds), None
+            if not reference:
+                reference.append(workload.generate(seeds))
+            return reference[0], None
         arm = workload.method_arm("speca", config)
         arm.enable()
         try:
@@ -235,6 +251,42 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         record = calibrate_speca(generate, target_psnr=target_psnr, base=SpecaConfig().replace(**(overrides or {})),
                                  data_range=1.0 if workload.mode == "pipeline" else None,
                                  show_progress=show_progress)
+        if schedules:
+            from ..bench.quality import psnr
+            from .schedule_search import search_schedules
+
+            data_range = 1.0 if workload.mode == "pipeline" else None
+
+            def score_for(granularity: str) -> Callable[[tuple[int, ...]], float]:
+                def score(schedule: tuple[int, ...]) -> float:
+                    images, _ = generate(SpecaConfig(replay_steps=schedule, granularity=granularity, order=2))
+                    return psnr(images, generate(None)[0], data_range)
+                return score
+
+            record["schedules"] = search_schedules(score_for, schedules, steps, schedule_granularities,
+                                                   record.get("full_rate"), show_progress=show_progress)
     record.update(model=str(model), steps=steps, samples=samples, seeds=[seeds[0], seeds[-1]], dtype=dtype_name,
                   guidance_scale=guidance_scale if workload.mode == "pipeline" else None)
     return record, save_calibration(record, folder)
+
+
+def calibrated_schedule(record: dict[str, Any], full_steps: int, granularity: str | None = None) -> tuple[int, ...]:
+    """The searched placement of ``full_steps`` full steps in a calibration ``record`` (``calibrate_model(...,
+    schedules=...)``), for ``SpecaConfig(replay_steps=...)``; with several granularities searched, the one with
+    the best calibration PSNR unless ``granularity`` is given.
+
+    Raises:
+        ValueError: the record has no schedule of that size (the message lists those it has).
+
+    Example:
+        >>> record = {"schedules": [{"full_steps": 3, "granularity": "block", "schedule": [0, 2, 4], "psnr": 30.0}]}
+        >>> calibrated_schedule(record, 3)
+        (0, 2, 4)
+    """
+    entries = [e for e in record.get("schedules", []) if e["full_steps"] == full_steps
+               and (granularity is None or e["granularity"] == granularity)]
+    if not entries:
+        have = sorted({(e["full_steps"], e["granularity"]) for e in record.get("schedules", [])})
+        raise ValueError(f"full_steps={full_steps} (granularity={granularity!r}): the calibration record has no such "
+                         f"schedule; it has {have or 'none'} (rerun `diffspec calibrate --schedules {full_steps}`)")
+    return tuple(max(entries, key=lambda e: e["psnr"])["schedule"])

@@ -46,8 +46,8 @@ def test_speca_grid_reaches_small_budgets():
 def _small_grid(monkeypatch):
     full = equal_evals.candidate_grid
 
-    def grid(method, budgets, thresholds=None, full_rate=None):
-        g = full(method, budgets, thresholds, full_rate)
+    def grid(method, budgets, *rest):
+        g = full(method, budgets, *rest)
         return g if method == "fewer-steps" else g[::7]  # every seventh setting keeps the test fast
 
     monkeypatch.setattr(equal_evals, "candidate_grid", grid)
