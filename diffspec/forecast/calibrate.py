@@ -17,7 +17,7 @@ replays that schedule without the verifier (no check cost): the run to report ne
 on models whose weights make the gate's decisions unrepresentative (random-weight speed configs).
 With ``schedules``, :func:`calibrate_model` also searches a fixed placement of that many full steps
 against the full run (:mod:`~diffspec.forecast.schedule_search`), starting from the even grid and from
-the gate's placement; :func:`calibrated_schedule` reads it back for ``replay_steps``.
+the gate's placement; :func:`calibrated_replay` turns it into the ``speca`` config that replays it.
 """
 
 from __future__ import annotations
@@ -204,11 +204,11 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         overrides: other ``speca`` settings (``k_max``, ``order``...).
         schedules: also search a fixed placement of this many full steps, per size and per
             ``schedule_granularities`` entry (:func:`~diffspec.forecast.schedule_search.search_schedules`);
-            saved under ``"schedules"``, read back by :func:`calibrated_schedule`.
+            saved under ``"schedules"``, read back by :func:`calibrated_replay`.
 
     Example:
         >>> record, path = calibrate_model("tiny-dit", target_psnr=30, schedules=[12])  # doctest: +SKIP
-        >>> SpecaConfig(replay_steps=calibrated_schedule(record, 12))  # doctest: +SKIP
+        >>> spec = SpeculativePipeline.from_pipe(pipe, method=calibrated_replay(record, 12))  # doctest: +SKIP
     """
     from ..bench.dit_cache import default_steps, make_workload
     from ..bench.models import SPECS
@@ -270,17 +270,18 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     return record, save_calibration(record, folder)
 
 
-def calibrated_schedule(record: dict[str, Any], full_steps: int, granularity: str | None = None) -> tuple[int, ...]:
-    """The searched placement of ``full_steps`` full steps in a calibration ``record`` (``calibrate_model(...,
-    schedules=...)``), for ``SpecaConfig(replay_steps=...)``; with several granularities searched, the one with
-    the best calibration PSNR unless ``granularity`` is given.
+def calibrated_replay(record: dict[str, Any], full_steps: int, granularity: str | None = None) -> SpecaConfig:
+    """``speca`` replaying the searched placement of ``full_steps`` full steps in a calibration ``record``
+    (``calibrate_model(..., schedules=...)``) at the granularity and order it was searched with; with several
+    granularities searched, the one with the best calibration PSNR unless ``granularity`` is given.
 
     Raises:
         ValueError: the record has no schedule of that size (the message lists those it has).
 
     Example:
-        >>> record = {"schedules": [{"full_steps": 3, "granularity": "block", "schedule": [0, 2, 4], "psnr": 30.0}]}
-        >>> calibrated_schedule(record, 3)
+        >>> record = {"schedules": [{"full_steps": 3, "granularity": "block", "order": 2, "schedule": [0, 2, 4],
+        ...                          "psnr": 30.0}]}
+        >>> calibrated_replay(record, 3).replay_steps
         (0, 2, 4)
     """
     entries = [e for e in record.get("schedules", []) if e["full_steps"] == full_steps
@@ -289,4 +290,5 @@ def calibrated_schedule(record: dict[str, Any], full_steps: int, granularity: st
         have = sorted({(e["full_steps"], e["granularity"]) for e in record.get("schedules", [])})
         raise ValueError(f"full_steps={full_steps} (granularity={granularity!r}): the calibration record has no such "
                          f"schedule; it has {have or 'none'} (rerun `diffspec calibrate --schedules {full_steps}`)")
-    return tuple(max(entries, key=lambda e: e["psnr"])["schedule"])
+    best = max(entries, key=lambda e: e["psnr"])
+    return SpecaConfig(replay_steps=tuple(best["schedule"]), granularity=best["granularity"], order=best["order"])

@@ -7,8 +7,8 @@ against their full-compute output. :func:`search_schedules` runs it from two sta
 ``taylor`` uses (:func:`even_schedule`) and the calibrated gate's own placement
 (:func:`~diffspec.forecast.calibrate.replay_schedule` of its ``full_rate``), and keeps the better one.
 The result is replayed without a verifier (``SpecaConfig(replay_steps=...)``), so its full steps are
-its only compute; :func:`~diffspec.forecast.calibrate.calibrated_schedule` reads it back from a
-calibration record.
+its only compute; :func:`~diffspec.forecast.calibrate.calibrated_replay` reads it back from a
+calibration record as that config.
 
 Each candidate costs one generation of the calibration samples, and a search tries about
 ``4 * n`` candidates per sweep; the held-out check that this does not over-fit is

@@ -7,8 +7,7 @@ from diffspec.bench.dit_cache import make_workload
 from diffspec.bench.equal_evals import candidate_grid
 from diffspec.bench.quality import psnr
 from diffspec.cli import main
-from diffspec.config import SpecaConfig
-from diffspec.forecast.calibrate import CALIBRATION_FILE, calibrate_model, calibrated_schedule
+from diffspec.forecast.calibrate import CALIBRATION_FILE, calibrate_model, calibrated_replay
 from diffspec.forecast.schedule_search import even_schedule, refine_schedule, search_schedules
 
 
@@ -56,10 +55,11 @@ def test_search_schedules_keeps_the_better_start():
     assert block["starts"]["gate's placement"]["start"] == [0, 1, 12, 19]
     assert block["start"] == "gate's placement" and block["schedule"] == [0, 1, 12, 19] and block["psnr"] == 0
     assert block["starts"]["even grid"]["psnr"] < 0  # one sweep of +-2 moves cannot reach step 12 from the grid
-    assert calibrated_schedule({"schedules": out}, 4) == (0, 1, 12, 19)
-    assert calibrated_schedule({"schedules": out}, 4, "module") == (0, 1, 12, 19)
+    best = calibrated_replay({"schedules": out}, 4)
+    assert (best.replay_steps, best.granularity, best.order) == ((0, 1, 12, 19), "block", 2)  # block scored higher
+    assert calibrated_replay({"schedules": out}, 4, "module").granularity == "module"
     with pytest.raises(ValueError, match=r"full_steps=5 .*\(4, 'block'\)"):
-        calibrated_schedule({"schedules": out}, 5)
+        calibrated_replay({"schedules": out}, 5)
 
 
 def test_calibrated_schedules_are_saved_replayed_and_offered_to_the_equal_evals_search(tmp_path):
@@ -74,8 +74,7 @@ def test_calibrated_schedules_are_saved_replayed_and_offered_to_the_equal_evals_
     # replaying the saved schedule gives the PSNR the search recorded
     workload = make_workload("tiny-dit-random", device=torch.device("cpu"), dtype=torch.float32, steps=steps, batch=1,
                              guidance_scale=4.0)
-    arm = workload.method_arm("speca", SpecaConfig(replay_steps=calibrated_schedule(record, 5), granularity="block",
-                                                   order=2))
+    arm = workload.method_arm("speca", calibrated_replay(record, 5))
     with torch.inference_mode():
         reference = workload.generate([5000])
         arm.enable()
