@@ -198,6 +198,9 @@ class SpecaConfig(MethodConfig):
             runs (no check cost). Build it from a calibration record with
             :func:`diffspec.forecast.calibrate.replay_schedule` (the steps the gate chose most often on
             the calibration seeds). ``None`` (default): the gate decides.
+        replay_full_steps: replay the schedule of this many full steps that ``diffspec calibrate
+            --schedules`` searched for the model (read from its calibration file when the pipeline is
+            wrapped; its granularity and order replace these fields). Exclusive with ``replay_steps``.
 
     Defaults (order 1, ``k_min=3``, ``k_max=8``) gave the best PSNR per unit of compute (full
     steps plus verifier blocks) on the trained ``tiny-dit`` among the settings tried (order 1-2,
@@ -230,11 +233,17 @@ class SpecaConfig(MethodConfig):
     max_cache_gb: float | None = None
     blocks: tuple[str, ...] | None = None
     replay_steps: tuple[int, ...] | None = None
+    replay_full_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
         check_int("warmup", self.warmup, 1, 10_000)
         object.__setattr__(self, "replay_steps", check_steps("replay_steps", self.replay_steps))
+        if self.replay_full_steps is not None:
+            check_int("replay_full_steps", self.replay_full_steps, 1)
+            if self.replay_steps is not None:
+                raise ValueError(f"replay_full_steps={self.replay_full_steps} and replay_steps={self.replay_steps} "
+                                 "both set: give the steps, or the number of full steps to read from the calibration")
         check_int("k_min", self.k_min, 0, 1000)
         check_int("k_max", self.k_max, 1, 1000)
         if self.tau0 is not None:

@@ -12,7 +12,7 @@ calibration record as that config.
 
 Each candidate costs one generation of the calibration samples, and a search tries about
 ``4 * n`` candidates per sweep; the held-out check that this does not over-fit is
-``scripts/speca_schedule_headroom.py``.
+``scripts/speca_schedule_holdout.py``.
 
 Example:
     >>> even_schedule(6, 20)

@@ -7,7 +7,7 @@ from typing import Any
 from ..api import SpeculativePipeline
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.blocks import SUPPORTED_TRANSFORMERS
-from ..forecast.calibrate import resolve_thresholds
+from ..forecast.calibrate import resolve_replay, resolve_thresholds
 from ..forecast.compile import compile_blocks
 from ..forecast.hooks import ForecastHooks
 
@@ -30,8 +30,11 @@ class ForecastPipeline(SpeculativePipeline):
 
     def __init__(self, pipe: Any, config: ForecastConfig | SpecaConfig) -> None:
         self.threshold_source: str | None = None
+        self.schedule_source: str | None = None  # the calibration file a replay_full_steps schedule came from
         if isinstance(config, SpecaConfig):
-            config, self.threshold_source = resolve_thresholds(config, getattr(pipe, "name_or_path", None))
+            folder = getattr(pipe, "name_or_path", None)
+            config, self.schedule_source = resolve_replay(config, folder)
+            config, self.threshold_source = resolve_thresholds(config, folder)
         super().__init__(pipe, config)
         self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=lambda: _num_steps(pipe))
         self.enable()

@@ -3,12 +3,21 @@ import json
 import pytest
 import torch
 
+from diffspec import SpeculativePipeline
 from diffspec.bench.dit_cache import make_workload
 from diffspec.bench.equal_evals import candidate_grid
 from diffspec.bench.quality import psnr
 from diffspec.cli import main
-from diffspec.forecast.calibrate import CALIBRATION_FILE, calibrate_model, calibrated_replay
+from diffspec.config import SpecaConfig
+from diffspec.forecast.calibrate import (
+    CALIBRATION_FILE,
+    calibrate_model,
+    calibrated_replay,
+    load_calibration,
+    resolve_replay,
+)
 from diffspec.forecast.schedule_search import even_schedule, refine_schedule, search_schedules
+from diffspec.models import load_pipeline, resolve_model_path
 
 
 @pytest.mark.parametrize("n_full,steps", [(3, 10), (6, 20), (12, 50), (18, 50), (49, 50), (50, 50)])
@@ -93,3 +102,31 @@ def test_calibrate_cli_schedules_are_checked_before_the_search(tmp_path, capsys)
     assert "schedules=11" in capsys.readouterr().err and not (tmp_path / CALIBRATION_FILE).exists()
     assert main([*args, "--schedules", "4", "--schedule-granularities", "blocks"]) == 2
     assert "schedule_granularities='blocks'" in capsys.readouterr().err
+
+
+def test_replay_full_steps_reads_the_shipped_schedule():
+    pipe = load_pipeline("tiny-dit")
+    pipe.set_progress_bar_config(disable=True)
+    spec = SpeculativePipeline.from_pipe(pipe, method="speca", replay_full_steps=12)
+    want = calibrated_replay(load_calibration(resolve_model_path("tiny-dit")), 12)
+    cfg = spec.config
+    assert (cfg.replay_steps, cfg.granularity, cfg.order, cfg.replay_full_steps) == (
+        want.replay_steps, want.granularity, want.order, None)
+    assert spec.schedule_source.endswith(CALIBRATION_FILE)
+    with torch.inference_mode():
+        spec(class_labels=[1, 2], generator=[torch.Generator().manual_seed(s) for s in (0, 1)],
+             num_inference_steps=50, output_type="pt")
+    assert spec.stats.target_evals == 12  # per row: exactly the schedule's full steps
+
+
+def test_replay_full_steps_errors_name_what_is_missing(tmp_path):
+    with pytest.raises(ValueError, match="replay_full_steps=12 and replay_steps"):
+        SpecaConfig(replay_full_steps=12, replay_steps=(0, 5))
+    with pytest.raises(ValueError, match="replay_full_steps=0"):
+        SpecaConfig(replay_full_steps=0)
+    with pytest.raises(ValueError, match="diffspec calibrate"):
+        resolve_replay(SpecaConfig(replay_full_steps=12), tmp_path)
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps({"tau0": 0.1, "beta": 1.0, "tau_min": 0.0}))
+    with pytest.raises(ValueError, match="full_steps=12 .*none"):
+        resolve_replay(SpecaConfig(replay_full_steps=12), tmp_path)
+    assert resolve_replay(SpecaConfig(), tmp_path) == (SpecaConfig(), None)
