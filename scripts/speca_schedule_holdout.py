@@ -36,10 +36,12 @@ verifier-correlation script's seeds (200000..)."""
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--record", default=None,
+                        help="folder of another calibration record of tiny-dit (default: the shipped one)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    record = load_calibration(resolve_model_path("tiny-dit"))
+    record = load_calibration(args.record or resolve_model_path("tiny-dit"))
     if not record or not record.get("schedules"):
         raise SystemExit("tiny-dit's calibration record has no schedules: run `diffspec calibrate --schedules ...`")
     steps = record["steps"]
@@ -73,7 +75,7 @@ def main() -> None:
            "machine": {"device": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)",
                        "torch": torch.__version__},
            "model": "tiny-dit", "steps": steps, "guidance_scale": record["guidance_scale"], "order": 2,
-           "calibration_seeds": record["seeds"], "held_out_seeds": [seeds[0], seeds[-1]], "rows": rows}
+           "record": args.record or "shipped", "calibration_seeds": record["seeds"], "held_out_seeds": [seeds[0], seeds[-1]], "rows": rows}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
