@@ -32,6 +32,7 @@ import torch
 from ..config import SpecaConfig, check_choice, check_float, check_int
 from ..progress import progress
 from ..stats import SpecStats
+from .schedule_search import GRANULARITIES, search_schedules
 
 CALIBRATION_FILE = "diffspec_speca.json"
 BETA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
@@ -245,11 +246,11 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     for n_full in schedules:  # checked before the threshold search, not after it
         check_int("schedules", n_full, 3, steps)
     for granularity in schedule_granularities:
-        check_choice("schedule_granularities", granularity, ("block", "module"))
+        check_choice("schedule_granularities", granularity, GRANULARITIES)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
                              guidance_scale=guidance_scale)
     seeds = list(range(5000, 5000 + samples))
-
+    data_range = 1.0 if workload.mode == "pipeline" else None
     reference: list[torch.Tensor] = []
 
     def generate(config: SpecaConfig | None) -> tuple[torch.Tensor, SpecStats | None]:
@@ -268,13 +269,9 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
 
     with torch.inference_mode():
         record = calibrate_speca(generate, target_psnr=target_psnr, base=SpecaConfig().replace(**(overrides or {})),
-                                 data_range=1.0 if workload.mode == "pipeline" else None,
-                                 show_progress=show_progress)
+                                 data_range=data_range, show_progress=show_progress)
         if schedules:
             from ..bench.quality import psnr
-            from .schedule_search import search_schedules
-
-            data_range = 1.0 if workload.mode == "pipeline" else None
 
             def score_for(granularity: str) -> Callable[[tuple[int, ...]], float]:
                 def score(schedule: tuple[int, ...]) -> float:

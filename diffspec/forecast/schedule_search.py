@@ -30,6 +30,9 @@ from typing import Any
 from ..config import check_choice, check_float, check_int
 from ..progress import progress
 
+GRANULARITIES = ("block", "module")
+"""Granularities a schedule can be searched at (the replay's forecast; ``"auto"`` is not a fixed one)."""
+
 MOVES = (-2, -1, 1, 2)
 """How far one full step may move in one try."""
 
@@ -108,7 +111,7 @@ def search_schedules(score_for: Callable[[str], Score], sizes: Sequence[int], nu
     out = []
     for n_full in sizes:
         for granularity in granularities:
-            check_choice("granularity", granularity, ("block", "module"))
+            check_choice("granularity", granularity, GRANULARITIES)
             score = _memo(score_for(granularity))
             starts = {"even grid": even_schedule(n_full, num_steps)}
             if full_rate is not None:
