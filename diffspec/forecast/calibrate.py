@@ -188,23 +188,24 @@ def resolve_thresholds(config: SpecaConfig, folder: str | Path | None) -> tuple[
     return config.with_fallback(), "fallback"
 
 
-def resolve_replay(config: SpecaConfig, folder: str | Path | None) -> tuple[SpecaConfig, str | None]:
+def resolve_replay(config: SpecaConfig, folder: str | Path | None) -> tuple[SpecaConfig, str | None, int | None]:
     """``config`` with ``replay_full_steps`` turned into the model folder's searched schedule
-    (:func:`calibrated_replay`); returns the config and where the schedule came from (None: nothing to read).
+    (:func:`calibrated_replay`); returns the config, where the schedule came from and the number of
+    inference steps it was searched for (None, None: nothing to read).
 
     Raises:
         ValueError: ``replay_full_steps`` is set but the folder has no calibration record with that schedule.
     """
     n = config.replay_full_steps
     if n is None:
-        return config, None
+        return config, None, None
     record = load_calibration(folder)
     if record is None:
         raise ValueError(f"replay_full_steps={n}: the model ({folder}) has no {CALIBRATION_FILE}; run "
                          f"`diffspec calibrate --model ... --schedules {n}` first, or pass replay_steps")
     replay = calibrated_replay(record, n)
     return config.replace(replay_full_steps=None, replay_steps=replay.replay_steps, granularity=replay.granularity,
-                          order=replay.order), str(Path(folder) / CALIBRATION_FILE)  # type: ignore[arg-type]
+                          order=replay.order), str(Path(folder) / CALIBRATION_FILE), record.get("steps")  # type: ignore[arg-type]
 
 
 def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps: int | None = None, samples: int = 8,

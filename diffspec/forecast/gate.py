@@ -55,6 +55,12 @@ class Schedule:
             return True
         return since_full + 1 >= self.k_max
 
+    def check_steps(self, num_steps: int | None) -> None:
+        """Raise ``ValueError`` when a replayed schedule names steps that a generation of ``num_steps`` lacks."""
+        if self.fixed is not None and num_steps is not None and max(self.fixed, default=-1) >= num_steps:
+            raise ValueError(f"replay_steps reach step {max(self.fixed)} but this generation has {num_steps} steps "
+                             f"(indices 0..{num_steps - 1}); pass a schedule made for {num_steps} steps")
+
     def checked(self, since_full: int | None) -> bool:
         return self.verify and since_full is not None and since_full >= self.k_min
 

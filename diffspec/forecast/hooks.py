@@ -190,6 +190,7 @@ class ForecastHooks(ModuleForecasts):
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
+            self.schedule.check_steps(self._num_steps)
             self._order = self.config.order
             self.granularity = "pending" if self._decide_cache else self.config.granularity
         step, num_steps = self.tracker.step, self._num_steps

@@ -31,13 +31,24 @@ class ForecastPipeline(SpeculativePipeline):
     def __init__(self, pipe: Any, config: ForecastConfig | SpecaConfig) -> None:
         self.threshold_source: str | None = None
         self.schedule_source: str | None = None  # the calibration file a replay_full_steps schedule came from
+        self.schedule_steps: int | None = None  # the inference steps that schedule was searched for
         if isinstance(config, SpecaConfig):
             folder = getattr(pipe, "name_or_path", None)
-            config, self.schedule_source = resolve_replay(config, folder)
+            config, self.schedule_source, self.schedule_steps = resolve_replay(config, folder)
             config, self.threshold_source = resolve_thresholds(config, folder)
         super().__init__(pipe, config)
-        self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=lambda: _num_steps(pipe))
+        self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=self._num_steps)
         self.enable()
+
+    def _num_steps(self) -> int | None:
+        """Transformer steps of the current generation; a calibrated schedule only replays at its own count."""
+        n = _num_steps(self.pipe)
+        if self.schedule_steps is not None and n is not None and n != self.schedule_steps:
+            raise ValueError(f"num_inference_steps={n}: the schedule of replay_full_steps={len(self.config.replay_steps)} "
+                             f"({self.schedule_source}) was searched for {self.schedule_steps} steps; call with "
+                             f"num_inference_steps={self.schedule_steps}, or calibrate for {n} "
+                             f"(`diffspec calibrate --steps {n} --schedules ...`)")
+        return n
 
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig) -> ForecastPipeline:

@@ -117,6 +117,21 @@ def test_replay_full_steps_reads_the_shipped_schedule():
         spec(class_labels=[1, 2], generator=[torch.Generator().manual_seed(s) for s in (0, 1)],
              num_inference_steps=50, output_type="pt")
     assert spec.stats.target_evals == 12  # per row: exactly the schedule's full steps
+    assert spec.schedule_steps == 50
+    # the schedule was searched for 50 steps: another step count is refused before any block runs
+    with pytest.raises(ValueError, match=r"num_inference_steps=20: .*searched for 50 steps"), torch.inference_mode():
+        spec(class_labels=[1], num_inference_steps=20, output_type="pt")
+
+
+def test_replay_steps_beyond_the_generation_are_refused():
+    pipe = load_pipeline("tiny-dit")
+    pipe.set_progress_bar_config(disable=True)
+    spec = SpeculativePipeline.from_pipe(pipe, method="speca", replay_steps=(0, 1, 5, 9))
+    with torch.inference_mode():
+        spec(class_labels=[1], num_inference_steps=10, output_type="pt")  # in range: runs
+        assert spec.stats.target_evals == 4
+        with pytest.raises(ValueError, match=r"replay_steps reach step 9 but this generation has 8 steps"):
+            spec(class_labels=[1], num_inference_steps=8, output_type="pt")
 
 
 def test_replay_full_steps_errors_name_what_is_missing(tmp_path):
@@ -129,4 +144,4 @@ def test_replay_full_steps_errors_name_what_is_missing(tmp_path):
     (tmp_path / CALIBRATION_FILE).write_text(json.dumps({"tau0": 0.1, "beta": 1.0, "tau_min": 0.0}))
     with pytest.raises(ValueError, match="full_steps=12 .*none"):
         resolve_replay(SpecaConfig(replay_full_steps=12), tmp_path)
-    assert resolve_replay(SpecaConfig(), tmp_path) == (SpecaConfig(), None)
+    assert resolve_replay(SpecaConfig(), tmp_path) == (SpecaConfig(), None, None)
