@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also search a fixed placement of N full steps per size (replayed by speca's replay_steps)")
     cal.add_argument("--schedule-granularities", default="block", metavar="G,G",
                      help="granularities to search the schedules at: block, module (default block)")
-    cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json (default: the model's)")
+    cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json, made if missing (default: the model's)")
     cal.set_defaults(func=cmd_calibrate)
 
     td = sub.add_parser("train-drafter", help="self-distil a LANTERN (EAGLE) drafter for an AR image model")

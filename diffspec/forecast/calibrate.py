@@ -32,6 +32,8 @@ import torch
 from ..config import SpecaConfig, check_choice, check_float, check_int
 from ..progress import progress
 from ..stats import SpecStats
+from .blocks import find_block_lists
+from .modules import check_module_support
 from .schedule_search import GRANULARITIES, search_schedules
 
 CALIBRATION_FILE = "diffspec_speca.json"
@@ -221,7 +223,7 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         target_psnr: see :func:`calibrate_speca`.
         steps: inference steps (default: the model's usual, 50 or 28).
         samples: calibration samples (seeds 5000 onwards, never used by the benchmarks).
-        out: folder to write :data:`CALIBRATION_FILE` into.
+        out: folder to write :data:`CALIBRATION_FILE` into (made if missing).
         overrides: other ``speca`` settings (``k_max``, ``order``...).
         schedules: also search a fixed placement of this many full steps, per size and per
             ``schedule_granularities`` entry (:func:`~diffspec.forecast.schedule_search.search_schedules`);
@@ -239,8 +241,10 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     if model in SPECS and out is None:
         raise ValueError(f"--model {model} is a random-weight architecture with no folder; pass --out FOLDER")
     folder = Path(out) if out is not None else resolve_model_path(model)
+    if out is not None and not folder.exists():
+        folder.mkdir(parents=True)  # before the search, so a path that cannot be made fails now
     if not folder.is_dir():
-        raise ValueError(f"calibration output folder {folder} does not exist")
+        raise ValueError(f"calibration output folder {folder} is not a folder")
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
     steps = steps or default_steps(model)
@@ -250,6 +254,11 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         check_choice("schedule_granularities", granularity, GRANULARITIES)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
                              guidance_scale=guidance_scale)
+    if schedules and "module" in schedule_granularities:  # checked now, not after the threshold search
+        try:
+            check_module_support([b for _, blocks in find_block_lists(workload.transformer) for b in blocks])
+        except ValueError as e:
+            raise ValueError(f"schedule_granularities='module': {e}") from None
     seeds = list(range(5000, 5000 + samples))
     data_range = 1.0 if workload.mode == "pipeline" else None
     reference: list[torch.Tensor] = []

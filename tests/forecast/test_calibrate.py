@@ -26,10 +26,14 @@ def test_calibration_reaches_the_target_and_is_loaded_by_default(tmp_path):
 
 
 def test_calibrate_cli(tmp_path, capsys):
+    out = tmp_path / "new" / "folder"  # made by the command
     assert main(["calibrate", "--model", "tiny-dit-random", "--steps", "12", "--samples", "1", "--target-psnr", "40",
-                 "--set", "k_min=0", "--out", str(tmp_path)]) == 0
+                 "--set", "k_min=0", "--out", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
-    assert json.loads((tmp_path / CALIBRATION_FILE).read_text())["steps"] == 12
+    assert json.loads((out / CALIBRATION_FILE).read_text())["steps"] == 12
+    (tmp_path / "file").write_text("")
+    assert main(["calibrate", "--model", "tiny-dit-random", "--out", str(tmp_path / "file")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
     assert main(["calibrate", "--model", "tiny-dit-random"]) == 2  # no folder to write into
     assert "--out" in capsys.readouterr().err
     assert main(["calibrate", "--model", "tiny-dit-random", "--target-psnr", "-3", "--out", str(tmp_path)]) == 2

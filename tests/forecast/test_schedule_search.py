@@ -102,6 +102,12 @@ def test_calibrate_cli_schedules_are_checked_before_the_search(tmp_path, capsys)
     assert "schedules=11" in capsys.readouterr().err and not (tmp_path / CALIBRATION_FILE).exists()
     assert main([*args, "--schedules", "4", "--schedule-granularities", "blocks"]) == 2
     assert "schedule_granularities='blocks'" in capsys.readouterr().err
+    # a model whose blocks have no module table: refused before the threshold search, not after it
+    wan = ["calibrate", "--model", "tiny-wan", "--steps", "10", "--samples", "1", "--out", str(tmp_path)]
+    assert main([*wan, "--schedules", "4", "--schedule-granularities", "block,module"]) == 2
+    assert "schedule_granularities='module': granularity='module' is not supported for WanTransformerBlock" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / CALIBRATION_FILE).exists()
 
 
 def test_replay_full_steps_reads_the_shipped_schedule():
