@@ -24,6 +24,7 @@ warmup, graphs compiled after it are counted per run, counting and quality passe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -179,15 +180,25 @@ def _speca_thresholds(workload: Workload) -> dict[str, float]:
 
 
 def _speca_record(workload: Workload) -> dict[str, Any] | None:
-    """The model folder's calibration record, if it has one for this number of steps, for ``speca-replay``
-    (its ``full_rate``: per step, how often the calibrated gate ran in full; its searched ``schedules``)."""
-    from ..forecast.calibrate import load_calibration
+    """The calibration record ``speca-replay`` replays (its ``full_rate``: per step, how often the calibrated
+    gate ran in full; its searched ``schedules``), if there is one for this number of steps, with its ``source``.
+
+    A pipeline workload reads its model folder's. A random-weight architecture has none of its own, and its gate's
+    decisions would not be representative anyway: it replays what calibration chose on the trained ``tiny-dit``.
+    """
+    from ..forecast.calibrate import CALIBRATION_FILE, load_calibration
+    from ..models import resolve_model_path
 
     pipe = getattr(workload, "pipe", None)
-    record = load_calibration(getattr(pipe, "name_or_path", None)) if pipe is not None else None
+    folder = getattr(pipe, "name_or_path", None) if pipe is not None else None
+    own = folder is not None
+    folder = folder if own else resolve_model_path("tiny-dit")
+    record = load_calibration(folder)
     if record is None or record.get("steps") != workload.steps:
         return None
-    return record
+    source = f"{Path(folder).name}/{CALIBRATION_FILE}"
+    return {**record, "source": source if own else f"{source}: the trained tiny-dit's calibration, replayed on "
+                                                    "this random-weight architecture"}
 
 
 def default_steps(model: str) -> int:
@@ -243,7 +254,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                                 warmup=warmup, quality_samples=quality_samples, show_progress=show_progress,
                                 resolve_speca=lambda: _speca_thresholds(workload),
                                 resolve_record=lambda: _speca_record(workload))
-        runs, equal = equal["runs"], equal["equal_evals"]
+        runs, equal, skipped = equal["runs"], equal["equal_evals"], equal["skipped"]
     else:
         arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
         compiled = compile_mode != "none"
@@ -291,5 +302,5 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                                     "suite does not check (shared CPUs are noisy); compare arms within this file only.")
     if skipped:
         doc["skipped"] = skipped
-        doc["notes"].append("skipped: requested peers that could not run here, with the reason.")
+        doc["notes"].append("skipped: requested arms that could not run here, with the reason.")
     return doc

@@ -52,20 +52,30 @@ calibrated one. Calibration targets one quality at one schedule; the budgets nee
 ``abscissa`` is not searched (nor for ``taylor``): the Newton forecast does not change under an affine map of the
 abscissa, so on evenly spaced timesteps (the ``tiny-dit``'s DDIM schedule) ``"index"`` and ``"sigma"`` agree."""
 
-ATTENTION_FF_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.(attn\d*|ff)$"]
-"""diffusers TaylorSeer ``cache_identifiers`` forecasting the feed-forward too (its default caches
-attention only, so its draft steps still run every MLP and cannot reach small budgets)."""
+ATTENTION_FF_IDENTIFIERS = [r"^[^.]*blocks\.\d+\.(attn\d*|ff|ffn|ff_context|proj_mlp|proj_out)$"]
+"""diffusers TaylorSeer ``cache_identifiers`` forecasting the feed-forwards too (its default caches
+attention only, so its draft steps still run every MLP and cannot reach small budgets): ``ff`` (DiT, PixArt,
+SD3, FLUX double blocks...), ``ffn`` (Wan), ``ff_context`` (the text stream of SD3 / FLUX / HunyuanVideo
+double blocks) and ``proj_mlp`` / ``proj_out`` (the fused MLP of FLUX / HunyuanVideo single blocks)."""
+
+
+def has_lite_mode(transformer: torch.nn.Module) -> bool:
+    """Whether diffusers TaylorSeer's lite mode has something to forecast here: a top-level ``proj_out``
+    (DiT's output layers are ``proj_out_1`` / ``proj_out_2``, so there it would only zero the blocks)."""
+    return isinstance(getattr(transformer, "proj_out", None), torch.nn.Module)
 
 
 def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str, float] | None = None,
-                   full_rate: list[float] | None = None, schedules: list[dict[str, Any]] | None = None
-                   ) -> list[dict[str, Any]]:
+                   full_rate: list[float] | None = None, schedules: list[dict[str, Any]] | None = None,
+                   lite: bool = False) -> list[dict[str, Any]]:
     """The settings searched for ``method``: knob dicts, each a few values per knob.
 
     ``speca_thresholds``: the calibrated ``tau0`` / ``beta`` / ``tau_min``; candidates scale ``tau0``.
     ``full_rate``: per step, how often the calibrated gate ran the step in full on the calibration
     record's seeds; ``speca-replay`` replays its top ``n`` steps (no verifier) for ``n`` near each budget.
     ``schedules``: the record's searched placements (``diffspec calibrate --schedules``), also replayed.
+    ``lite``: also offer diffusers TaylorSeer's lite mode (every block skipped, the model's top-level
+    ``proj_out`` forecast), for transformers that have one (:func:`has_lite_mode`).
 
     Example:
         >>> len(candidate_grid("diffusers-fbc", [13.0]))
@@ -94,8 +104,9 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
                     for e in schedules or []]
         return thinned + searched
     if method == "diffusers-taylorseer":
+        caches = ("attention", "attention+ff", "lite") if lite else ("attention", "attention+ff")
         return [{"cache": c, "cache_interval": i, "max_order": o, "disable_cache_before_step": w}
-                for c, i, o, w in itertools.product(("attention", "attention+ff"), (3, 4, 5, 6), (1, 2), (2, 3))]
+                for c, i, o, w in itertools.product(caches, (3, 4, 5, 6), (1, 2), (2, 3))]
     if method == "diffusers-fbc":
         return [{"threshold": t} for t in (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2)]
     if method == "diffusers-magcache":
@@ -132,9 +143,13 @@ def build_arm(workload: Workload, method: str, knobs: dict[str, Any], magcache_r
         arm = cache_dit_arm(workload, method, knobs)
     elif method == "diffusers-taylorseer":
         kw = {k: v for k, v in knobs.items() if k != "cache"}
-        ids = (taylorseer_identifiers(workload.transformer) if knobs["cache"] == "attention"
-               else ATTENTION_FF_IDENTIFIERS)
-        arm = diffusers_arm(workload, method, TaylorSeerCacheConfig(cache_identifiers=ids, **kw))
+        if knobs["cache"] == "lite":
+            config = TaylorSeerCacheConfig(use_lite_mode=True, **kw)
+        else:
+            ids = (taylorseer_identifiers(workload.transformer) if knobs["cache"] == "attention"
+                   else ATTENTION_FF_IDENTIFIERS)
+            config = TaylorSeerCacheConfig(cache_identifiers=ids, **kw)
+        arm = diffusers_arm(workload, method, config)
     elif method == "diffusers-fbc":
         arm = diffusers_arm(workload, method, FirstBlockCacheConfig(**knobs))
     elif method == "diffusers-magcache":
@@ -179,7 +194,9 @@ def search_settings(workload: Workload, methods: list[str], budgets: list[float]
     baseline = Arm("baseline", lambda seeds: workload.generate(seeds))
     per_call, reference = count_compute(workload, baseline, calibration_seeds)
     full_units = max(per_call)
-    jobs = [(m, knobs) for m in methods for knobs in candidate_grid(m, budgets, speca_thresholds, full_rate, schedules)]
+    lite = has_lite_mode(workload.transformer)
+    jobs = [(m, knobs) for m in methods
+            for knobs in candidate_grid(m, budgets, speca_thresholds, full_rate, schedules, lite)]
     searched: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     with torch.inference_mode():
         for method, knobs in progress(jobs, desc="equal-evals search", disable=not show_progress):
@@ -195,9 +212,10 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
                     resolve_record: Callable[[], dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Search each arm's setting per budget, then measure all kept settings side by side.
 
-    Returns ``{"runs", "equal_evals"}``: runs named ``METHOD@BUDGET`` in the order budget, method, with
-    ``budget_evals`` and the ``selection``; ``equal_evals`` holds the rule, the calibration seeds and
-    every candidate's evals and PSNR.
+    Returns ``{"runs", "skipped", "equal_evals"}``: runs named ``METHOD@BUDGET`` in the order budget, method,
+    with ``budget_evals`` and the ``selection``; ``skipped``: requested arms that cannot run here (``speca-replay``
+    without a calibration record), with the reason; ``equal_evals`` holds the rule, the calibration seeds, where
+    the replayed record came from, and every candidate's evals and PSNR.
 
     Raises:
         ValueError: a budget below 1, or a method the mode does not cover.
@@ -215,6 +233,11 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
     thresholds = resolve_speca() if resolve_speca and "speca" in methods else None
     record = (resolve_record() if resolve_record and "speca-replay" in methods else None) or {}
     full_rate, schedules = record.get("full_rate"), record.get("schedules")
+    skipped = []
+    if "speca-replay" in methods and not full_rate:
+        methods.remove("speca-replay")
+        skipped.append({"method": "speca-replay", "reason": f"no speca calibration record for {workload.steps} steps "
+                        "(this model's folder, or the trained tiny-dit's for a random-weight architecture)"})
     ratios = None
     if "diffusers-magcache" in methods:
         with torch.inference_mode():
@@ -238,8 +261,9 @@ def run_equal_evals(workload: Workload, *, methods: list[str] | None, budgets: l
         run.update(method=method, budget_evals=budget, over_budget=run["target_evals"] > budget + 1e-9,
                    selection={"knobs": pick["knobs"], "calibration_evals": pick["evals"],
                               "calibration_psnr": pick["psnr"], "over_budget_in_search": pick["over_budget"]})
-    return {"runs": runs, "equal_evals": {
+    return {"runs": runs, "skipped": skipped, "equal_evals": {
         "budgets": budgets, "calibration_seeds": calibration_seeds, "speca_calibrated_thresholds": thresholds,
+        "speca_replay_record": record.get("source"),
         "speca_replay_full_rate": full_rate, "speca_replay_searched_schedules": schedules,
         "magcache_ratios_from": "calibrate=True run on the calibration seeds" if ratios else None,
         "rule": "per arm and budget: the searched setting with the best PSNR vs the full run on the calibration "

@@ -30,13 +30,15 @@
 #   flux-fixed issue 4: the per-image costs a FLUX pipeline adds around the loop (T5-XXL, CLIP-L, VAE decode at
 #            1024², random weights) and the end-to-end speedups they leave of the loop's (run after `flux`
 #            on the same GPU kind, or with its committed JSON) (scripts/gpu/flux_fixed_costs.py)     ~1-2 min
+#   dit-equal issue 4: dit-cache at equal full evaluations (--budget-evals 13,20, every arm's knobs searched) on
+#            dit-xl-2-256 and pixart-1024, 50 steps; speca-replay replays the trained tiny-dit's calibration  ~8-9 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|flux-fixed|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -125,6 +127,12 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
           --out "$OUT/dit-cache-$m-$gpu-graphs.json"
       done
       ;;
+    dit-equal)
+      timeout 240 python3 -m diffspec bench dit-cache --model dit-xl-2-256 --device cuda --steps 50 \
+        --budget-evals 13,20 --repeats 2 --warmup 1 --out "$OUT/dit-cache-dit-xl-2-256-$gpu-equal-evals.json"
+      timeout 320 python3 -m diffspec bench dit-cache --model pixart-1024 --device cuda --steps 50 \
+        --budget-evals 13,20 --repeats 2 --warmup 1 --out "$OUT/dit-cache-pixart-1024-$gpu-equal-evals.json"
+      ;;
     dit-prof)
       for m in dit-xl-2-256 pixart-1024; do
         timeout 150 python3 scripts/gpu/profile_dit_step.py --model $m --out "$OUT"
@@ -146,7 +154,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-prof|flux-fixed|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

@@ -100,3 +100,32 @@ def test_cache_dit_overrides_are_applied_and_checked():
     assert cache.calibrator_config.taylorseer_order == 2 and "max_warmup_steps" in cache.changed
     with pytest.raises(ValueError, match="no setting"):
         CacheDitCache(model, "cache-dit-dbcache", 10, overrides={"taylorseer_order": 2})
+
+
+def test_taylorseer_peer_can_forecast_every_heavy_submodule_of_flux():
+    """diffusers' TaylorSeer at its cheapest on FLUX: the feed-forward patterns cover the text-stream
+    ``ff_context`` and the single blocks' fused MLP, and its lite mode is offered where there is a ``proj_out``."""
+    import re
+
+    from diffspec.bench.models import build_transformer
+
+    flux = build_transformer("tiny-flux")
+    names = [n for n, _ in flux.named_modules()]
+    cached = {n.split(".", 2)[-1] for n in names if any(re.fullmatch(p, n) for p in equal_evals.ATTENTION_FF_IDENTIFIERS)}
+    assert {"attn", "ff", "ff_context", "proj_mlp", "proj_out"} <= cached
+    assert equal_evals.has_lite_mode(flux) and not equal_evals.has_lite_mode(build_transformer("tiny-dit-random"))
+    assert {c["cache"] for c in candidate_grid("diffusers-taylorseer", [13.0], lite=True)} == {
+        "attention", "attention+ff", "lite"}
+    assert "lite" not in {c["cache"] for c in candidate_grid("diffusers-taylorseer", [13.0])}
+
+
+def test_speca_replay_on_random_weights_replays_the_trained_calibration_or_is_skipped(monkeypatch):
+    _small_grid(monkeypatch)
+    kw = dict(model="tiny-dit-random", methods=["taylor", "speca-replay"], budget_evals=[13.0], repeats=1, warmup=0,
+              quality_samples=2, show_progress=False)
+    doc = run_bench("dit-cache", steps=50, batch=1, **kw)  # the trained tiny-dit's record is for 50 steps
+    assert "trained tiny-dit" in doc["equal_evals"]["speca_replay_record"]
+    assert [r["method"] for r in doc["runs"]] == ["baseline", "taylor", "speca-replay"] and "skipped" not in doc
+    doc = run_bench("dit-cache", steps=20, batch=1, **kw)  # no record for 20 steps: listed, not an error
+    assert [r["method"] for r in doc["runs"]] == ["baseline", "taylor"]
+    assert doc["skipped"][0]["method"] == "speca-replay" and "20 steps" in doc["skipped"][0]["reason"]
