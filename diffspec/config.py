@@ -136,11 +136,16 @@ class ForecastConfig(MethodConfig):
             the first step; the order, then the granularity (``"auto"``), is lowered to fit.
         blocks: names of the transformer's ``nn.ModuleList`` attributes holding its blocks, in
             execution order (None: found from ``_repeated_blocks`` or the longest block list).
+        full_steps: instead of ``interval``: exactly this many full steps per generation, the ``warmup``
+            steps, the last step and the rest spread evenly in between (placed once the generation's step
+            count is known, so it suits any ``num_inference_steps``). ``None`` (default): ``interval``.
 
     Example:
         >>> cfg = ForecastConfig(order=2, interval=4)
         >>> cfg.method
         'taylor'
+        >>> ForecastConfig(order=2, warmup=2, full_steps=12).full_steps  # 12 full steps of any step count
+        12
     """
 
     method: ClassVar[str] = "taylor"
@@ -156,11 +161,14 @@ class ForecastConfig(MethodConfig):
     granularity: str = "block"
     max_cache_gb: float | None = None
     blocks: tuple[str, ...] | None = None
+    full_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_int("order", self.order, 0, 8)
         check_int("interval", self.interval, 1, 1000)
         check_int("warmup", self.warmup, 1, 10_000)
+        if self.full_steps is not None:
+            check_int("full_steps", self.full_steps, self.warmup + 1, 100_000)
         check_bool("last_step_full", self.last_step_full)
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))

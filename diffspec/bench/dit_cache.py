@@ -56,7 +56,7 @@ TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
 
 def full_steps_of(config: ForecastConfig, steps: int) -> int:
     """How many steps ``taylor`` runs in full at ``steps`` (the fewer-steps peer gets as many)."""
-    return sum(Schedule.of(config).without_rejections(steps))
+    return sum(Schedule.of(config).for_steps(steps).without_rejections(steps))
 
 
 def cache_arm(workload: Workload, name: str, magcache_ratios: list[float] | None,

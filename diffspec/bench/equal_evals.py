@@ -81,9 +81,13 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
         >>> len(candidate_grid("diffusers-fbc", [13.0]))
         7
     """
+    ns = sorted({n for b in budgets for n in (int(b) - 2, int(b) - 1, int(b)) if n >= 1})  # full steps near a budget
     if method == "taylor":
-        return [{"granularity": g, "order": o, "interval": i, "warmup": w}
-                for g, o, i, w in itertools.product(("block", "module"), (1, 2), (3, 4, 5, 6), (2, 3))]
+        intervals = [{"granularity": g, "order": o, "interval": i, "warmup": w}
+                     for g, o, i, w in itertools.product(("block", "module"), (1, 2), (3, 4, 5, 6), (2, 3))]
+        spread = [{"granularity": g, "order": o, "full_steps": n, "warmup": 2}
+                  for g, o, n in itertools.product(("block", "module"), (1, 2), ns) if n > 2]
+        return intervals + spread
     if method == "speca":
         t = {**FALLBACK_TAU, **(speca_thresholds or {})}
         taus = [{"tau0": round(t["tau0"] * s, 8), "beta": t["beta"] if b is None else b, "tau_min": t["tau_min"] * s}
@@ -97,9 +101,8 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
         if not full_rate:
             raise ValueError("equal-evals: speca-replay needs the calibration record's full_rate "
                              "(rerun `diffspec calibrate` on this model)")
-        ns = sorted({n for b in budgets for n in (int(b) - 2, int(b) - 1, int(b)) if 1 <= n <= len(full_rate)})
         thinned = [{"granularity": g, "order": o, "replay_steps": replay_schedule(full_rate, n)}
-                   for g, o, n in itertools.product(("block", "module"), (1, 2), ns)]
+                   for g, o, n in itertools.product(("block", "module"), (1, 2), ns) if n <= len(full_rate)]
         searched = [{"granularity": e["granularity"], "order": e["order"], "replay_steps": tuple(e["schedule"])}
                     for e in schedules or []]
         return thinned + searched
@@ -119,8 +122,7 @@ def candidate_grid(method: str, budgets: list[float], speca_thresholds: dict[str
             grid = [{**g, "taylorseer_order": o} for g in grid for o in (1, 2)]
         return grid
     if method == "fewer-steps":
-        ks = sorted({k for b in budgets for k in (int(b) - 2, int(b) - 1, int(b)) if k >= 1})
-        return [{"num_inference_steps": k} for k in ks]
+        return [{"num_inference_steps": k} for k in ns]
     raise ValueError(f"equal-evals: unknown method {method!r}; choose from {', '.join(EQUAL_METHODS)}")
 
 

@@ -215,7 +215,7 @@ class ComfyForecast:
         if branch is None:
             branch = _Branch([_ListState() for _ in self.block_lists], [None] * rows, [False] * rows)
             self._branches[key] = branch
-        sched = self.schedule
+        sched = self.schedule.for_steps(num_steps)
         full_rows = [sched.forced_full(step, num_steps, s) or f for s, f in zip(branch.since_full, branch.force_full)]  # type: ignore[arg-type]
         check_rows = [not f and sched.checked(s) for f, s in zip(full_rows, branch.since_full)]
         call = _Call(branch, sigma if self.config.abscissa == "sigma" else step, step,

@@ -8,12 +8,14 @@ batch row; :func:`verify_error` is the verifier's per-row metric. The threshold 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import torch
 
 from .. import kernels
 from ..config import ForecastConfig, SpecaConfig
+from .schedule_search import even_schedule
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,8 @@ class Schedule:
     no anchors yet, and when ``k_max`` steps have passed since the row's last full step. Other
     steps are drafts; with ``verify``, a draft is checked once ``k_min`` drafts ran in a row.
     ``taylor`` is the schedule without verification (``k_max = interval``). With ``fixed`` (``speca``'s
-    replay mode) exactly those steps are full, plus any step where a row has no anchor yet.
+    replay mode) exactly those steps are full, plus any step where a row has no anchor yet. ``spread``
+    (``taylor``'s ``full_steps``) becomes such a fixed set, spread evenly, in :meth:`for_steps`.
     """
 
     warmup: int
@@ -33,6 +36,7 @@ class Schedule:
     k_min: int = 0
     verify: bool = False
     fixed: frozenset[int] | None = None
+    spread: int | None = None
 
     @classmethod
     def of(cls, config: ForecastConfig | SpecaConfig) -> Schedule:
@@ -41,7 +45,23 @@ class Schedule:
         if isinstance(config, SpecaConfig):
             verify = not math.isinf(config.tau(0.0))
             return cls(config.warmup, config.k_max, config.last_step_full, config.k_min, verify)
-        return cls(config.warmup, config.interval, config.last_step_full)
+        return cls(config.warmup, config.interval, config.last_step_full, spread=config.full_steps)
+
+    def for_steps(self, num_steps: int | None) -> Schedule:
+        """This schedule for a generation of ``num_steps`` steps: ``spread`` placed as fixed full steps.
+
+        Raises:
+            ValueError: ``spread`` with an unknown step count, or more full steps than the generation has.
+        """
+        if self.spread is None:
+            return self
+        if num_steps is None:
+            raise ValueError(f"full_steps={self.spread} needs the generation's step count, which this pipeline does "
+                             "not expose (its scheduler has no `timesteps`); use interval instead")
+        if not self.warmup < self.spread <= num_steps:
+            raise ValueError(f"full_steps={self.spread} (warmup={self.warmup}) does not fit a generation of "
+                             f"{num_steps} steps; allowed [{self.warmup + 1}, {num_steps}]")
+        return replace(self, fixed=_spread(self.spread, num_steps, self.warmup), spread=None)
 
     def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
         """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
@@ -71,6 +91,11 @@ class Schedule:
             full.append(self.forced_full(step, num_steps, since))
             since = 0 if full[-1] else since + 1  # type: ignore[operator]
         return full
+
+
+@lru_cache(maxsize=64)
+def _spread(n_full: int, num_steps: int, warmup: int) -> frozenset[int]:
+    return frozenset(even_schedule(n_full, num_steps, warmup))
 
 
 def verify_error(draft: torch.Tensor, true: torch.Tensor, metric: str = "rel_l1",

@@ -92,7 +92,8 @@ class ForecastHooks(ModuleForecasts):
         self.config = config
         self.stats = stats
         self.num_steps_fn = num_steps_fn or (lambda: None)
-        self.schedule = Schedule.of(config)
+        self._schedule = Schedule.of(config)  # placed per generation (for_steps), once its step count is known
+        self.schedule = self._schedule
         self.verify = self.schedule.verify
         self.calls = CompiledCalls(transformer)
         self.block_lists = find_block_lists(self.calls.model, config.blocks)
@@ -190,6 +191,7 @@ class ForecastHooks(ModuleForecasts):
         if self.tracker.observe(t):
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
+            self.schedule = self._schedule.for_steps(self._num_steps)
             self.schedule.check_steps(self._num_steps)
             self._order = self.config.order
             self.granularity = "pending" if self._decide_cache else self.config.granularity

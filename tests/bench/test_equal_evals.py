@@ -23,6 +23,8 @@ def test_grids_cover_every_method_and_the_budgets():
     for method in EQUAL_METHODS:
         assert candidate_grid(method, [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.0}, [0.5] * 50)
     assert {c["num_inference_steps"] for c in candidate_grid("fewer-steps", [13.0, 20.0])} == {11, 12, 13, 18, 19, 20}
+    spread = [c for c in candidate_grid("taylor", [13.0, 20.0]) if "full_steps" in c]  # the even grid at any count
+    assert {c["full_steps"] for c in spread} == {11, 12, 13, 18, 19, 20} and len(spread) == 24
     speca = candidate_grid("speca", [13.0], {"tau0": 0.01, "beta": 0.1, "tau_min": 0.001})
     assert {c["tau0"] for c in speca} == {0.03, 0.1, 0.3}  # scaled from the calibrated value
     assert {c["granularity"] for c in speca} == {"block", "module"} and {c["warmup"] for c in speca} == {2, 3}

@@ -84,3 +84,20 @@ def test_equal_evals_replay_candidates_hit_the_budget_sizes():
     assert sizes == [11, 12, 13, 18, 19, 20] and len(grid) == 4 * len(sizes)
     with pytest.raises(ValueError, match="full_rate"):
         candidate_grid("speca-replay", [13.0])
+
+
+def test_taylor_full_steps_spreads_them_evenly_at_any_step_count():
+    from diffspec.forecast.schedule_search import even_schedule
+
+    cfg = ForecastConfig(order=2, warmup=2, full_steps=6)
+    taylor, stats = _run("tiny-dit-random", cfg, batch=2)
+    replay, _ = _run("tiny-dit-random", SpecaConfig(order=2, replay_steps=even_schedule(6, STEPS, 2)), batch=2)
+    assert torch.equal(taylor, replay) and stats.full_steps == 6  # the even grid, placed for STEPS steps
+    assert Schedule.of(cfg).for_steps(40).fixed == frozenset(even_schedule(6, 40, 2))
+    assert sum(Schedule.of(cfg).for_steps(40).without_rejections(40)) == 6
+    with pytest.raises(ValueError, match=r"full_steps=6 \(warmup=2\) does not fit a generation of 5 steps"):
+        Schedule.of(cfg).for_steps(5)
+    with pytest.raises(ValueError, match="full_steps=6 needs the generation's step count"):
+        Schedule.of(cfg).for_steps(None)
+    with pytest.raises(ValueError, match="full_steps=2"):
+        ForecastConfig(warmup=2, full_steps=2)

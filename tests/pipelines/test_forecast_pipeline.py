@@ -84,3 +84,10 @@ def test_speca_on_dit_pipeline_with_calibration_file(tiny_dit_pipe, tmp_path):
     assert (spec.config.tau0, spec.config.beta, spec.config.tau_min) == (0.5, 0.25, 0.0)
     spec = SpeculativePipeline.from_pretrained(tmp_path, method="speca", tau0=0.1)  # explicit values win
     assert spec.config.tau0 == 0.1 and spec.config.beta == 0.25
+
+
+def test_taylor_full_steps_holds_across_step_counts(tiny_dit_pipe):
+    spec = SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", warmup=2, full_steps=6)
+    for steps in (20, 31):  # the same number of full steps, placed for each generation's step count
+        assert _run(spec, steps=steps).shape[0] == 2
+        assert (spec.stats.full_steps, spec.stats.forecast_steps) == (6, steps - 6)
