@@ -51,8 +51,9 @@ _COMMON = {
 class TaylorForecast:
     """MODEL -> MODEL: fixed-interval Taylor forecasting of the transformer block lists.
 
-    After ``warmup`` full steps, one step in ``interval`` runs in full; on the others no transformer
-    block runs: each block list's output is extrapolated from the last ``order + 1`` full steps.
+    After ``warmup`` full steps, one step in ``interval`` runs in full (or ``full_steps`` full steps spread
+    evenly over the run); on the others no transformer block runs: each block list's output is extrapolated
+    from the last ``order + 1`` full steps.
     """
 
     @classmethod
@@ -60,6 +61,8 @@ class TaylorForecast:
         return {"required": {
             "model": _MODEL,
             "interval": _int(_DEFAULT.interval, 1, 100, "A full step every `interval` steps after warmup (1: never forecast)."),
+            "full_steps": _int(0, 0, 10_000, "Instead of `interval` (0: use interval): exactly this many full steps per "
+                               "run, the warmup, the last step and the rest spread evenly."),
             **_COMMON,
         }}
 
@@ -69,11 +72,11 @@ class TaylorForecast:
     CATEGORY = CATEGORY
     DESCRIPTION = "Forecast DiT block outputs at a fixed interval (TaylorSeer-style; relaxed: small quality loss)."
 
-    def patch(self, model: Any, interval: int, order: int, warmup: int, last_step_full: bool, form: str,
-              abscissa: str) -> tuple[Any]:
+    def patch(self, model: Any, interval: int, full_steps: int, order: int, warmup: int, last_step_full: bool,
+              form: str, abscissa: str) -> tuple[Any]:
         """Return a patched clone of ``model``."""
         config = ForecastConfig(order=order, interval=interval, warmup=warmup, last_step_full=last_step_full,
-                                form=form, abscissa=abscissa)
+                                form=form, abscissa=abscissa, full_steps=full_steps or None)
         return (apply_forecast(model, config),)
 
 

@@ -150,6 +150,10 @@ def test_stats_node():
     head, body = text.split("\n", 1)
     assert head.startswith("diffspec taylor: full_steps 5, forecast_steps 7")  # steps 0-2, 7 and 11 full
     assert json.loads(body)["target_calls"] == 5
+    # full_steps instead of the interval: that many full steps, spread over the run's 12 steps
+    (spread,) = TaylorForecast().patch(plain, **{**_defaults(TaylorForecast), "full_steps": 6})
+    sample(spread, x0, sigmas, contexts)
+    assert node.report(spread, latent)["result"][1].startswith("diffspec taylor: full_steps 6, forecast_steps 6")
 
 
 def test_wrapper_types_come_from_comfy_when_importable():
