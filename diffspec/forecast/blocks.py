@@ -91,6 +91,7 @@ SUPPORTED_TRANSFORMERS = (
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
     "MochiTransformer3DModel",  # reversed timesteps (steps.INCREASING_TIMESTEPS); last block is context_pre_only
+    "AllegroTransformer3DModel",  # its RoPE (per-axis tables, token positions) has no batch dimension
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
