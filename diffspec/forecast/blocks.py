@@ -28,6 +28,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "EasyAnimateTransformerBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -92,6 +93,7 @@ SUPPORTED_TRANSFORMERS = (
     "LTX2VideoTransformer3DModel",
     "MochiTransformer3DModel",  # reversed timesteps (steps.INCREASING_TIMESTEPS); last block is context_pre_only
     "AllegroTransformer3DModel",  # its RoPE (per-axis tables, token positions) has no batch dimension
+    "EasyAnimateTransformer3DModel",  # blocks called positionally; layout in BLOCK_OUTPUT_LAYOUTS
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
