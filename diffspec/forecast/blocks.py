@@ -29,6 +29,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "EasyAnimateTransformerBlock": (0, 1),  # not in diffusers' registry
+    "CogView3PlusTransformerBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -94,6 +95,7 @@ SUPPORTED_TRANSFORMERS = (
     "MochiTransformer3DModel",  # reversed timesteps (steps.INCREASING_TIMESTEPS); last block is context_pre_only
     "AllegroTransformer3DModel",  # its RoPE (per-axis tables, token positions) has no batch dimension
     "EasyAnimateTransformer3DModel",  # blocks called positionally; layout in BLOCK_OUTPUT_LAYOUTS
+    "CogView3PlusTransformer2DModel",  # layout in BLOCK_OUTPUT_LAYOUTS
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
