@@ -30,6 +30,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "EasyAnimateTransformerBlock": (0, 1),  # not in diffusers' registry
     "CogView3PlusTransformerBlock": (0, 1),  # not in diffusers' registry
+    "ConsisIDBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -56,6 +57,15 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
 # outputs, and nothing of theirs is cached.
 SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
+}
+
+# Modules (nn.ModuleList attributes of the model) that the model runs between the blocks of a forecast list, outside
+# them, adding their output to the list's stream: ConsisID's face perceiver cross-attentions, added after every
+# ``cross_attn_interval``-th block. The list's residual already carries what they add, so on a draft they return zeros
+# (run nothing), as side outputs do. One after the list's last block would be lost on drafts: released configs
+# (42 layers, interval 2) add none there.
+DRAFT_ZERO_MODULES: dict[str, tuple[str, ...]] = {
+    "ConsisIDTransformer3DModel": ("perceiver_cross_attention",),
 }
 
 HIDDEN_ARGS = ("hidden_states", "x")
@@ -96,6 +106,9 @@ SUPPORTED_TRANSFORMERS = (
     "AllegroTransformer3DModel",  # its RoPE (per-axis tables, token positions) has no batch dimension
     "EasyAnimateTransformer3DModel",  # blocks called positionally; layout in BLOCK_OUTPUT_LAYOUTS
     "CogView3PlusTransformer2DModel",  # layout in BLOCK_OUTPUT_LAYOUTS
+    # with is_train_face: the face perceiver cross-attentions between blocks return zeros on drafts
+    # (DRAFT_ZERO_MODULES); the facial extractor before the blocks still runs at every step
+    "ConsisIDTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import HIDDEN_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
+from .blocks import DRAFT_ZERO_MODULES, HIDDEN_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
@@ -159,6 +159,10 @@ class ForecastHooks(ModuleForecasts):
                 self._patched.append(block)
                 if self.module_ok and self.config.granularity != "block":
                     self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
+        for name in DRAFT_ZERO_MODULES.get(type(self.calls.model).__name__, ()):
+            for module in getattr(self.calls.model, name):
+                module.forward = self._zero_on_draft(module.forward)
+                self._patched.append(module)
 
     def detach(self) -> None:
         """Remove every hook and wrapper; the transformer behaves as if never wrapped."""
@@ -297,6 +301,20 @@ class ForecastHooks(ModuleForecasts):
             stats.forecast_steps += 1
 
     # ----------------------------------------------------------------- block wrapper
+    def _zero_on_draft(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A :data:`~.blocks.DRAFT_ZERO_MODULES` module's forward: zeros shaped like its ``hidden_states`` on a
+        draft (what it adds is in the list's residual), itself on a full pass or where the blocks run on drafts
+        (module granularity)."""
+        signature = inspect.signature(original)
+        hooks = self
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if hooks.mode == "full" or hooks.granularity == "module":
+                return original(*args, **kwargs)
+            return torch.zeros_like(signature.bind(*args, **kwargs).arguments["hidden_states"])
+
+        return forward
+
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
               split: bool, side_only: bool = False) -> Callable[..., Any]:
         """``split``: the verified list, whose last block is forecast (and verified) on its own. ``side_only``: a

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+import diffspec.forecast.hooks as hooks_module
 from diffspec.bench.models import TINY_MODELS, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
@@ -203,6 +204,36 @@ def test_side_output_lists_are_skipped_on_drafts_and_cache_nothing():
     side, main = hooks._branch.lists
     assert not side.forecasters and main.forecasters
     assert hooks.stats.forecast_steps > 0 and torch.isfinite(out).all()
+
+
+def test_modules_between_blocks_are_zero_on_drafts(monkeypatch):
+    """ConsisID adds a face perceiver cross-attention's output to the stream after every other block, outside the
+    blocks. The list's residual already carries it: on a draft none runs (adding it again would count it twice),
+    and detaching restores them."""
+    name = "tiny-consisid"
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=2)
+    ts = timesteps_for(name, 20)
+    baseline = _loop(model, x0, call, ts)
+    ran = {"n": 0}
+    for module in model.perceiver_cross_attention:
+        module.to_q.register_forward_pre_hook(lambda *_: ran.__setitem__("n", ran["n"] + 1))
+
+    def run():
+        hooks = ForecastHooks(model, ForecastConfig(), SpecStats(), num_steps_fn=lambda: 20)
+        hooks.attach()
+        out = _loop(model, x0, call, ts)
+        hooks.detach()
+        return out, hooks.stats
+
+    out, stats = run()
+    assert stats.forecast_steps > 0 and ran["n"] == len(model.perceiver_cross_attention) * stats.full_steps
+    rel = (out - baseline).norm() / baseline.norm()
+    monkeypatch.setattr(hooks_module, "DRAFT_ZERO_MODULES", {})
+    twice, _ = run()  # the modules run on drafts too, on top of the forecast
+    assert rel < 0.5 * (twice - baseline).norm() / baseline.norm()
+    ran["n"] = 0
+    assert torch.equal(_loop(model, x0, call, ts), baseline) and ran["n"] == 2 * len(ts)
 
 
 def test_per_token_timesteps_with_a_clean_conditioning_frame_are_tracked():
