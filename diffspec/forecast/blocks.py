@@ -28,6 +28,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "GlmImageTransformerBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -90,6 +91,9 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
+    # text-to-image; image-to-image reads per-sample KV caches of the condition images (rows sliced with the batch
+    # would not match them)
+    "GlmImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
