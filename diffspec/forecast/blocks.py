@@ -91,8 +91,8 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
-    # text-to-image; image-to-image reads per-sample KV caches of the condition images (rows sliced with the batch
-    # would not match them)
+    # tested in text-to-image; image-to-image with several prompts reads one KV cache per prompt's condition images,
+    # which a sub-batch of rows (speca's verifier, partial recomputes) does not match
     "GlmImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
