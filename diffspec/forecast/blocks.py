@@ -94,6 +94,8 @@ SUPPORTED_TRANSFORMERS = (
     # tested in text-to-image; image-to-image with several prompts reads one KV cache per prompt's condition images,
     # which a sub-batch of rows (speca's verifier, partial recomputes) does not match
     "GlmImageTransformer2DModel",
+    # dense and MoE blocks (expert-choice routing picks tokens within each row, so rows stay independent)
+    "NucleusMoEImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
