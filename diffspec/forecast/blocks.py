@@ -96,6 +96,7 @@ SUPPORTED_TRANSFORMERS = (
     "GlmImageTransformer2DModel",
     # dense and MoE blocks (expert-choice routing picks tokens within each row, so rows stay independent)
     "NucleusMoEImageTransformer2DModel",
+    "PRXTransformer2DModel",  # its rotary table is batched (B, 1, S, ...): sliced per row (rows.py)
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
