@@ -97,6 +97,10 @@ SUPPORTED_TRANSFORMERS = (
     # dense and MoE blocks (expert-choice routing picks tokens within each row, so rows stay independent)
     "NucleusMoEImageTransformer2DModel",
     "PRXTransformer2DModel",  # its rotary table is batched (B, 1, S, ...): sliced per row (rows.py)
+    # tested in text-to-image, its timestep grows (INCREASING_TIMESTEPS). Caveats: the model takes row 0's rotary
+    # positions for every row (rows padded differently depend on their batch), and with input images
+    # (input_img_latents, input_image_sizes keyed by row) a sub-batch of rows would misplace them
+    "OmniGenTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
