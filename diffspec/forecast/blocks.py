@@ -104,6 +104,14 @@ SUPPORTED_TRANSFORMERS = (
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
+UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
+    "DreamLiteUNetModel": "a U-Net: its transformer blocks sit inside down / mid / up blocks joined by skip "
+                          "connections, not in lists of blocks that run one after another",
+    "DreamLiteTransformer2DModel": "a spatial transformer inside DreamLite's U-Net (DreamLiteUNetModel), one per "
+                                   "U-Net stage and called without a timestep, so its steps cannot be told apart",
+}
+"""Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
+
 
 def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
     """The model's lists of repeated transformer blocks, in execution (registration) order.
@@ -114,8 +122,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     ``nn.ModuleList`` child whose items share one class.
 
     Raises:
-        ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
+        ValueError: if no block list can be found, ``names`` names no non-empty ModuleList, or the model is one of
+            :data:`UNSUPPORTED_TRANSFORMERS`.
     """
+    reason = UNSUPPORTED_TRANSFORMERS.get(type(model).__name__)
+    if reason is not None:
+        raise ValueError(f"{type(model).__name__} is not supported by block forecasting: it is {reason}")
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if names is None:
         names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)
