@@ -29,6 +29,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "GlmImageTransformerBlock": (0, 1),  # not in diffusers' registry
+    "JoyImageTransformerBlock": (0, 1),  # not in diffusers' registry
+    "JoyImageEditPlusTransformerBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -101,6 +103,9 @@ SUPPORTED_TRANSFORMERS = (
     # positions for every row (rows padded differently depend on their batch), and with input images
     # (input_img_latents, input_image_sizes keyed by row) a sub-batch of rows would misplace them
     "OmniGenTransformer2DModel",
+    "JoyImageEditTransformer3DModel",  # reference and target items in one image stream, forecast together
+    # padded patch sequences of per-row length: per-row shape_list (rows.py) and batched rotary tables
+    "JoyImageEditPlusTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
