@@ -31,6 +31,9 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "EasyAnimateTransformerBlock": (0, 1),  # not in diffusers' registry
     "CogView3PlusTransformerBlock": (0, 1),  # not in diffusers' registry
     "ConsisIDBlock": (0, 1),  # not in diffusers' registry
+    "GlmImageTransformerBlock": (0, 1),  # not in diffusers' registry
+    "JoyImageTransformerBlock": (0, 1),  # not in diffusers' registry
+    "JoyImageEditPlusTransformerBlock": (0, 1),  # not in diffusers' registry
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -109,8 +112,29 @@ SUPPORTED_TRANSFORMERS = (
     # with is_train_face: the face perceiver cross-attentions between blocks return zeros on drafts
     # (DRAFT_ZERO_MODULES); the facial extractor before the blocks still runs at every step
     "ConsisIDTransformer3DModel",
+    # tested in text-to-image; image-to-image with several prompts reads one KV cache per prompt's condition images,
+    # which a sub-batch of rows (speca's verifier, partial recomputes) does not match
+    "GlmImageTransformer2DModel",
+    # dense and MoE blocks (expert-choice routing picks tokens within each row, so rows stay independent)
+    "NucleusMoEImageTransformer2DModel",
+    "PRXTransformer2DModel",  # its rotary table is batched (B, 1, S, ...): sliced per row (rows.py)
+    # tested in text-to-image, its timestep grows (INCREASING_TIMESTEPS). Caveats: the model takes row 0's rotary
+    # positions for every row (rows padded differently depend on their batch), and with input images
+    # (input_img_latents, input_image_sizes keyed by row) a sub-batch of rows would misplace them
+    "OmniGenTransformer2DModel",
+    "JoyImageEditTransformer3DModel",  # reference and target items in one image stream, forecast together
+    # padded patch sequences of per-row length: per-row shape_list (rows.py) and batched rotary tables
+    "JoyImageEditPlusTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
+
+UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
+    "DreamLiteUNetModel": "a U-Net: its transformer blocks sit inside down / mid / up blocks joined by skip "
+                          "connections, not in lists of blocks that run one after another",
+    "DreamLiteTransformer2DModel": "a spatial transformer inside DreamLite's U-Net (DreamLiteUNetModel), one per "
+                                   "U-Net stage and called without a timestep, so its steps cannot be told apart",
+}
+"""Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 
 
 def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
@@ -122,8 +146,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     ``nn.ModuleList`` child whose items share one class.
 
     Raises:
-        ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
+        ValueError: if no block list can be found, ``names`` names no non-empty ModuleList, or the model is one of
+            :data:`UNSUPPORTED_TRANSFORMERS`.
     """
+    reason = UNSUPPORTED_TRANSFORMERS.get(type(model).__name__)
+    if reason is not None:
+        raise ValueError(f"{type(model).__name__} is not supported by block forecasting: it is {reason}")
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if names is None:
         names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)

@@ -19,7 +19,8 @@ the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D t
 range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer), as long as the batch
 is not sliced)."""
 
-PER_ROW_LIST_ARGS = frozenset({"img_shapes"})
+PER_ROW_LIST_ARGS = frozenset({"img_shapes",
+                               "shape_list"})  # JoyImage Edit Plus: each row's (t, h, w) per component
 """Python lists / tuples with one entry per batch row (Qwen-Image's ``img_shapes``, from which the
 edit model builds its per-row ``modulate_index``): sliced like a batch when their length is the batch.
 Other lists are left whole: a config tuple can have the batch's length by chance."""

@@ -9,7 +9,8 @@ import torch
 TIMESTEP_ARGS = ("timestep", "t")
 """Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``)."""
 INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel",
-                                  "MochiTransformer3DModel"})  # Mochi: 1000 * (1 - sigma) (invert_sigmas)
+                                  "MochiTransformer3DModel",  # Mochi: 1000 * (1 - sigma) (invert_sigmas)
+                                  "OmniGenTransformer2DModel"})  # its scheduler inverts the sigmas
 """Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
 generation, so a decrease, not an increase, starts a new one."""
 

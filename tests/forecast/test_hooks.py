@@ -268,3 +268,15 @@ def test_per_token_timesteps_with_a_clean_conditioning_frame_are_tracked():
         runs.append((stats.full_steps, stats.forecast_steps))
     full = sum(Schedule(2, 4).without_rejections(12))
     assert runs[1] == runs[0] == (full, 12 - full)
+
+
+def test_dreamlite_unet_transformer_is_refused_with_the_reason():
+    """DreamLite's transformer is a spatial block of its U-Net, called without a timestep: refused by name."""
+    from diffusers import DreamLiteTransformer2DModel
+
+    model = DreamLiteTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=16, num_layers=2,
+                                        norm_num_groups=4, cross_attention_dim=8)
+    with pytest.raises(ValueError, match="DreamLiteTransformer2DModel is not supported.*without a timestep"):
+        find_block_lists(model)
+    with pytest.raises(ValueError, match="DreamLiteTransformer2DModel"):
+        ForecastHooks(model, ForecastConfig(blocks=("transformer_blocks",)), SpecStats())
