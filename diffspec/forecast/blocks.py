@@ -28,6 +28,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "HiDreamBlock": (0, 1),  # HiDream's wrapper of its double blocks (the single ones return a tensor)
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -47,6 +48,8 @@ BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
 DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
+    # no _repeated_blocks: the longest same-class list would be its caption projections
+    "HiDreamImageTransformer2DModel": ("double_stream_blocks", "single_stream_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -90,6 +93,9 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
+    # each block reads one Llama-3 layer, joined to its text stream (double) or its tokens (single) and cut off
+    # after it: a draft's list residual covers the kept tokens, the verified last block reads its own layer
+    "HiDreamImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

@@ -29,6 +29,10 @@ STACKED_ARGS = frozenset({"temb"})
 Qwen-Image with ``zero_cond_t`` (the edit models) passes its blocks ``temb`` for the real timestep's
 rows, then the zero timestep's. When their first dim is ``m * batch`` (``m > 1``), each copy is sliced."""
 
+BATCH_DIM1_ARGS = frozenset({"encoder_hidden_states_llama3"})
+"""Tensors with the batch at dim 1: HiDream's stack of Llama-3 hidden layers, ``(layers, B, L, D)``. Sliced
+along dim 1 when it is the batch."""
+
 
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
@@ -43,6 +47,9 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
             index = index.to(value.device, non_blocking=True)
             stacked = torch.cat([index + j * batch for j in range(value.shape[0] // batch)])
             return value.index_select(0, stacked)
+        if name in BATCH_DIM1_ARGS:
+            batched = value.dim() >= 2 and value.shape[1] == batch
+            return value.index_select(1, index.to(value.device, non_blocking=True)) if batched else value
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:

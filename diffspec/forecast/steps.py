@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
-TIMESTEP_ARGS = ("timestep", "t")
-"""Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``)."""
+TIMESTEP_ARGS = ("timestep", "t", "timesteps")
+"""Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``, HiDream:
+``timesteps``)."""
 INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel"})
 """Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
 generation, so a decrease, not an increase, starts a new one."""
