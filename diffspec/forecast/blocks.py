@@ -29,6 +29,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "HiDreamBlock": (0, 1),  # HiDream's wrapper of its double blocks (the single ones return a tensor)
+    "AuraFlowJointTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -50,6 +51,8 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
     # no _repeated_blocks: the longest same-class list would be its caption projections
     "HiDreamImageTransformer2DModel": ("double_stream_blocks", "single_stream_blocks"),
+    # no _repeated_blocks: the longest list (the single blocks) would leave the joint blocks running every step
+    "AuraFlowTransformer2DModel": ("joint_transformer_blocks", "single_transformer_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -96,6 +99,7 @@ SUPPORTED_TRANSFORMERS = (
     # each block reads one Llama-3 layer, joined to its text stream (double) or its tokens (single) and cut off
     # after it: a draft's list residual covers the kept tokens, the verified last block reads its own layer
     "HiDreamImageTransformer2DModel",
+    "AuraFlowTransformer2DModel",  # joint then single blocks (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
