@@ -30,6 +30,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "HiDreamBlock": (0, 1),  # HiDream's wrapper of its double blocks (the single ones return a tensor)
     "AuraFlowJointTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
+    "BriaTransformerBlock": (1, 0),  # returns (encoder, hidden); diffusers' registry says (0, None)
+    "BriaSingleTransformerBlock": (1, 0),
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -53,6 +55,7 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "HiDreamImageTransformer2DModel": ("double_stream_blocks", "single_stream_blocks"),
     # no _repeated_blocks: the longest list (the single blocks) would leave the joint blocks running every step
     "AuraFlowTransformer2DModel": ("joint_transformer_blocks", "single_transformer_blocks"),
+    "BriaTransformer2DModel": ("transformer_blocks", "single_transformer_blocks"),  # likewise
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -100,6 +103,9 @@ SUPPORTED_TRANSFORMERS = (
     # after it: a draft's list residual covers the kept tokens, the verified last block reads its own layer
     "HiDreamImageTransformer2DModel",
     "AuraFlowTransformer2DModel",  # joint then single blocks (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
+    # likewise; caveat: ControlNet residuals (controlnet_*block_samples), added between blocks, are added again
+    # on a draft on top of a forecast residual that already holds them (untested; plain text-to-image is fine)
+    "BriaTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
