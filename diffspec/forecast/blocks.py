@@ -32,6 +32,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "AuraFlowJointTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
     "BriaTransformerBlock": (1, 0),  # returns (encoder, hidden); diffusers' registry says (0, None)
     "BriaSingleTransformerBlock": (1, 0),
+    "BriaFiboTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -106,6 +107,9 @@ SUPPORTED_TRANSFORMERS = (
     # likewise; caveat: ControlNet residuals (controlnet_*block_samples), added between blocks, are added again
     # on a draft on top of a forecast residual that already holds them (untested; plain text-to-image is fine)
     "BriaTransformer2DModel",
+    # each block's text stream gets a fresh text-encoder layer in its second half of channels, between blocks: a
+    # draft's list residual covers the kept half, the verified last block reads its own layer
+    "BriaFiboTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
