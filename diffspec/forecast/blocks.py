@@ -110,6 +110,10 @@ SUPPORTED_TRANSFORMERS = (
     # each block's text stream gets a fresh text-encoder layer in its second half of channels, between blocks: a
     # draft's list residual covers the kept half, the verified last block reads its own layer
     "BriaFiboTransformer2DModel",
+    # noise refiner and main layers (its _repeated_blocks). speca recomputes rows within the whole batch (rows.py
+    # BATCH_COUPLED_TRANSFORMERS: the gist count is the batch's); the switch to text-image prompt embeddings in
+    # mid-generation (more gist tokens) resets the branch, as any change of the text's shape
+    "BriaFibo2Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

@@ -46,3 +46,11 @@ def test_take_call_rows_names_positional_arguments_and_merge_restores_the_rows()
     whole = torch.zeros_like(hidden)
     merged = merge_rows(index, (args[0],), (whole,))
     assert torch.equal(merged[0][1], hidden[1]) and torch.equal(merged[0][0], whole[0])
+
+
+def test_merge_takes_the_rows_of_a_whole_batch_part():
+    """A whole-batch recompute (BATCH_COUPLED_TRANSFORMERS) merges just the recomputed rows."""
+    index, whole, full = torch.tensor([2, 0]), torch.zeros(3, 2), torch.arange(6.0).reshape(3, 2)
+    merged = merge_rows(index, (full,), (whole,))[0]
+    assert torch.equal(merged, torch.tensor([[0.0, 1.0], [0.0, 0.0], [4.0, 5.0]]))
+    assert torch.equal(merge_rows(index, full[[2, 0]], whole), merged)  # the rows alone, in index order
