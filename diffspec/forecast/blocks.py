@@ -34,6 +34,11 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "GlmImageTransformerBlock": (0, 1),  # not in diffusers' registry
     "JoyImageTransformerBlock": (0, 1),  # not in diffusers' registry
     "JoyImageEditPlusTransformerBlock": (0, 1),  # not in diffusers' registry
+    "HiDreamBlock": (0, 1),  # HiDream's wrapper of its double blocks (the single ones return a tensor)
+    "AuraFlowJointTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
+    "BriaTransformerBlock": (1, 0),  # returns (encoder, hidden); diffusers' registry says (0, None)
+    "BriaSingleTransformerBlock": (1, 0),
+    "BriaFiboTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -53,6 +58,11 @@ BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
 DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
+    # no _repeated_blocks: the longest same-class list would be its caption projections
+    "HiDreamImageTransformer2DModel": ("double_stream_blocks", "single_stream_blocks"),
+    # no _repeated_blocks: the longest list (the single blocks) would leave the joint blocks running every step
+    "AuraFlowTransformer2DModel": ("joint_transformer_blocks", "single_transformer_blocks"),
+    "BriaTransformer2DModel": ("transformer_blocks", "single_transformer_blocks"),  # likewise
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -125,6 +135,20 @@ SUPPORTED_TRANSFORMERS = (
     "JoyImageEditTransformer3DModel",  # reference and target items in one image stream, forecast together
     # padded patch sequences of per-row length: per-row shape_list (rows.py) and batched rotary tables
     "JoyImageEditPlusTransformer3DModel",
+    # each block reads one Llama-3 layer, joined to its text stream (double) or its tokens (single) and cut off
+    # after it: a draft's list residual covers the kept tokens, the verified last block reads its own layer
+    "HiDreamImageTransformer2DModel",
+    "AuraFlowTransformer2DModel",  # joint then single blocks (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
+    # likewise; caveat: ControlNet residuals (controlnet_*block_samples), added between blocks, are added again
+    # on a draft on top of a forecast residual that already holds them (untested; plain text-to-image is fine)
+    "BriaTransformer2DModel",
+    # each block's text stream gets a fresh text-encoder layer in its second half of channels, between blocks: a
+    # draft's list residual covers the kept half, the verified last block reads its own layer
+    "BriaFiboTransformer2DModel",
+    # noise refiner and main layers (its _repeated_blocks). speca recomputes rows within the whole batch (rows.py
+    # BATCH_COUPLED_TRANSFORMERS: the gist count is the batch's); the switch to text-image prompt embeddings in
+    # mid-generation (more gist tokens) resets the branch, as any change of the text's shape
+    "BriaFibo2Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

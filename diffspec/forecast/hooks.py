@@ -10,7 +10,7 @@ Steps and CFG branches are detected from the ``timestep`` argument of the transf
 ``cache_context`` is needed: a new value is a new step, a repeated value within a step is the
 next CFG branch (pipelines that call the transformer once per branch), an increase starts a new
 generation (a decrease, for the transformers fed ``1 - sigma``: :data:`~.steps.INCREASING_TIMESTEPS`). A
-change of the token count resets that branch instead of failing.
+change of the token count (latent or text) resets that branch instead of failing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
-from .rows import merge_rows, take_call_rows
+from .rows import BATCH_COUPLED_TRANSFORMERS, merge_rows, take_call_rows
 from .steps import INCREASING_TIMESTEPS, TIMESTEP_ARGS, StepTracker
 from .taylor import TaylorForecaster
 
@@ -52,7 +52,7 @@ class _ListState:
 @dataclass
 class _BranchState:
     lists: list[_ListState]
-    input_shape: tuple | None
+    input_shape: tuple  # (latent input's shape, encoder_hidden_states' shape), None where not a tensor
     since_full: list[int | None]  # per row: drafts since the last full step (None: never full)
     force_full: list[bool]  # per row: the lazy policy rejected the previous draft
 
@@ -209,9 +209,12 @@ class ForecastHooks(ModuleForecasts):
         else:
             shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else None
         rows = shape[0] if shape else 1
+        # the text's shape too: Bria FIBO 2.0 derives its gist-token count from the prompt's length
+        text = self._arg("encoder_hidden_states", args, kwargs)
+        key = (shape, tuple(text.shape) if isinstance(text, torch.Tensor) else None)
         branch = self._branches.get(self.tracker.branch)
-        if branch is None or branch.input_shape != shape:  # new branch, or token count / batch changed
-            branch = _BranchState([_ListState() for _ in self.block_lists], shape, [None] * rows, [False] * rows)
+        if branch is None or branch.input_shape != key:  # new branch, or token count / batch changed
+            branch = _BranchState([_ListState() for _ in self.block_lists], key, [None] * rows, [False] * rows)
             self._branches[self.tracker.branch] = branch
         self._branch = branch
         self._x = float(step) if self.config.abscissa == "index" else t
@@ -259,8 +262,10 @@ class ForecastHooks(ModuleForecasts):
         rows = [r for r, full in enumerate(recompute) if full]
         batch = len(recompute)
         index = torch.tensor(rows)
-        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists)
         self._record_rows = rows
+        if type(self.calls.model).__name__ in BATCH_COUPLED_TRANSFORMERS:  # the whole batch, only ``rows`` kept
+            return merge_rows(index, self.calls.forward(module)(*args, **kwargs), drafted, self._per_row_lists)
+        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists)
         return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted, self._per_row_lists)
 
     def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:

@@ -30,6 +30,15 @@ STACKED_ARGS = frozenset({"temb"})
 Qwen-Image with ``zero_cond_t`` (the edit models) passes its blocks ``temb`` for the real timestep's
 rows, then the zero timestep's. When their first dim is ``m * batch`` (``m > 1``), each copy is sliced."""
 
+BATCH_DIM1_ARGS = frozenset({"encoder_hidden_states_llama3"})
+"""Tensors with the batch at dim 1: HiDream's stack of Llama-3 hidden layers, ``(layers, B, L, D)``. Sliced
+along dim 1 when it is the batch."""
+
+BATCH_COUPLED_TRANSFORMERS = frozenset({"BriaFibo2Transformer2DModel"})
+"""Transformers whose token layout depends on the whole batch: Bria FIBO 2.0 gives every row the batch's largest
+gist-token count (from the longest prompt), so a sub-batch of shorter prompts would get fewer tokens than the
+anchors. Their rows to recompute are recomputed within the whole batch; only those rows are merged and recorded."""
+
 
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
@@ -44,6 +53,9 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
             index = index.to(value.device, non_blocking=True)
             stacked = torch.cat([index + j * batch for j in range(value.shape[0] // batch)])
             return value.index_select(0, stacked)
+        if name in BATCH_DIM1_ARGS:
+            batched = value.dim() >= 2 and value.shape[1] == batch
+            return value.index_select(1, index.to(value.device, non_blocking=True)) if batched else value
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:
@@ -66,6 +78,9 @@ def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Ten
 def merge_rows(index: torch.Tensor, part: Any, whole: Any, per_row_lists: bool = False) -> Any:
     """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs).
 
+    ``part`` holds just the rows ``index``, in order, or every row of ``whole`` (a whole-batch recompute,
+    :data:`BATCH_COUPLED_TRANSFORMERS`), from which the rows ``index`` are taken.
+
     ``per_row_lists``: lists hold one entry per row (Z-Image returns a list of per-image tensors).
     """
     if per_row_lists and isinstance(part, list) and isinstance(whole, list):
@@ -76,7 +91,10 @@ def merge_rows(index: torch.Tensor, part: Any, whole: Any, per_row_lists: bool =
     if isinstance(part, torch.Tensor):
         if not isinstance(whole, torch.Tensor) or whole.dim() == 0 or part.shape[1:] != whole.shape[1:]:
             return whole
-        return whole.index_copy(0, index.to(whole.device, non_blocking=True), part.to(whole.dtype))
+        index = index.to(whole.device, non_blocking=True)
+        if part.shape[0] != index.numel():  # every row: keep ``index``'s
+            part = part.index_select(0, index)
+        return whole.index_copy(0, index, part.to(whole.dtype))
     if isinstance(part, tuple):
         return tuple(merge_rows(index, a, b, per_row_lists) for a, b in zip(part, whole))
     if hasattr(part, "keys"):  # diffusers BaseOutput

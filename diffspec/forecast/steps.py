@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
-TIMESTEP_ARGS = ("timestep", "t")
-"""Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``)."""
+TIMESTEP_ARGS = ("timestep", "t", "timesteps")
+"""Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``, HiDream:
+``timesteps``)."""
 INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel",
                                   "MochiTransformer3DModel",  # Mochi: 1000 * (1 - sigma) (invert_sigmas)
                                   "OmniGenTransformer2DModel"})  # its scheduler inverts the sigmas

@@ -139,6 +139,25 @@ def test_token_count_change_resets_instead_of_crashing():
     assert stats.full_steps >= 2 and stats.forecast_steps >= 1
 
 
+def test_text_token_count_change_resets_instead_of_crashing():
+    """Bria FIBO 2.0 switches to longer prompt embeddings in mid-generation (images of the caption's text): more
+    gist tokens run through its main layers, at the same latent shape."""
+    name = "tiny-briafibo2"
+    model = build_transformer(name)
+    x, _ = make_call(name, batch=1)
+    short, long = torch.randn(1, 3, 5, 24), torch.randn(1, 3, 12, 24)  # 4 then 8 gist tokens
+    hooks = ForecastHooks(model, ForecastConfig(), SpecStats(), num_steps_fn=lambda: 20)
+    hooks.attach()
+    modes = []
+    with torch.no_grad():
+        for i, t in enumerate(timesteps_for(name, 20)):
+            text = short if i < 9 else long
+            x = x - 0.05 * model(hidden_states=x, timestep=t.expand(1), encoder_hidden_states=text, return_dict=False)[0]
+            modes.append(hooks.mode)
+    assert torch.isfinite(x).all()
+    assert modes[8] == "draft" and modes[9] == "full" and "draft" in modes[10:]  # the branch restarted at the switch
+
+
 def test_new_generation_detected_from_timestep_increase():
     tracker = StepTracker()
     seen = [(tracker.observe(t), tracker.step, tracker.branch) for t in [999, 999, 500, 500, 1, 999, 500]]

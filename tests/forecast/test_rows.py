@@ -26,6 +26,16 @@ def test_stacked_temb_is_sliced_per_copy():
     assert take_rows(odd, index, batch, "temb") is odd
 
 
+def test_batch_at_dim_one_is_sliced_there():
+    batch, index = 2, torch.tensor([1])
+    llama = torch.arange(3 * batch)[:, None].reshape(3, batch, 1).float()  # HiDream: (layers, B, L, D)
+    assert take_rows(llama[..., None], index, batch, "encoder_hidden_states_llama3").flatten().tolist() == [1, 3, 5]
+    square = torch.randn(batch, batch, 1)  # layers == batch: still dim 1
+    assert torch.equal(take_rows(square, index, batch, "encoder_hidden_states_llama3"), square[:, 1:])
+    other = torch.randn(3, batch + 1, 1)  # dim 1 is not the batch: left whole
+    assert take_rows(other, index, batch, "encoder_hidden_states_llama3") is other
+
+
 def test_take_call_rows_names_positional_arguments_and_merge_restores_the_rows():
     batch, index = 2, torch.tensor([1])
     hidden, temb = torch.randn(batch, 5, 3), torch.randn(2 * batch, 3)
@@ -36,3 +46,11 @@ def test_take_call_rows_names_positional_arguments_and_merge_restores_the_rows()
     whole = torch.zeros_like(hidden)
     merged = merge_rows(index, (args[0],), (whole,))
     assert torch.equal(merged[0][1], hidden[1]) and torch.equal(merged[0][0], whole[0])
+
+
+def test_merge_takes_the_rows_of_a_whole_batch_part():
+    """A whole-batch recompute (BATCH_COUPLED_TRANSFORMERS) merges just the recomputed rows."""
+    index, whole, full = torch.tensor([2, 0]), torch.zeros(3, 2), torch.arange(6.0).reshape(3, 2)
+    merged = merge_rows(index, (full,), (whole,))[0]
+    assert torch.equal(merged, torch.tensor([[0.0, 1.0], [0.0, 0.0], [4.0, 5.0]]))
+    assert torch.equal(merge_rows(index, full[[2, 0]], whole), merged)  # the rows alone, in index order
