@@ -11,7 +11,7 @@ from ..api import SpeculativePipeline
 from ..config import MethodConfig, SpecaConfig
 from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
-from .models import SPECS, build_transformer, make_call, timesteps_for
+from .models import SIGMA_FAMILIES, SPECS, build_transformer, make_call, timesteps_for
 from .quality import psnr, ssim
 from .timing import Arm
 from .workload import Workload
@@ -88,7 +88,8 @@ class LoopWorkload(Workload):
         self.latents, self.call = make_call(model, batch, dtype=dtype, device=device)
         self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
         self.seeds = [0]
-        self.scale = 1.0 if self.spec.family == "flux" else 1000.0
+        # Euler steps of d(sigma): timesteps in sigma units step as they are, the others are 1000 * sigma
+        self.scale = 1.0 if self.spec.family in SIGMA_FAMILIES else 1000.0
 
     def generate(self, seeds: list[int], steps: int | None = None) -> torch.Tensor:
         ts = timesteps_for(self.name, steps or self.steps, self.device)

@@ -198,3 +198,14 @@ def test_tuned_taylorseer_follows_taylors_schedule():
     assert (config.cache_interval, config.max_order, config.disable_cache_before_step) == (3, 2, 4)
     default = peer_cache_config("diffusers-taylorseer", 50)
     assert taylorseer_full_steps(default, 50) == 13  # diffusers' defaults already run this schedule
+
+
+@pytest.mark.parametrize("model", ["tiny-flux", "tiny-flux2", "tiny-qwenimage", "tiny-wan", "tiny-dit-random"])
+def test_loop_workload_integrates_the_whole_sigma_range(model, monkeypatch):
+    """The loop's Euler steps add up to one unit of sigma whatever the family's timestep units (sigma, 1000 * sigma
+    or DDPM's 0..999): a constant prediction v moves the latents by -v."""
+    workload = make_workload(model, device=torch.device("cpu"), dtype=torch.float32, steps=8, batch=1,
+                             guidance_scale=1.0)
+    monkeypatch.setattr(workload, "call", lambda transformer, x, t: torch.ones_like(x))
+    moved = workload.generate([0]) - workload.latents.float()
+    assert torch.allclose(moved, torch.full_like(moved, -1.0), atol=2e-3), moved.flatten()[:3]
