@@ -28,6 +28,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "Kandinsky6FusedTransformerDecoderBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -38,6 +39,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
 BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
     "WanVACETransformerBlock": {"hidden_states": "control_hidden_states"},
     "LTX2VideoTransformerBlock": {"encoder_hidden_states": "audio_hidden_states"},
+    # Kandinsky 6's fused blocks: video ``vis`` and audio ``aud`` (their text contexts ``text_v`` / ``text_a`` are read)
+    "Kandinsky6FusedTransformerDecoderBlock": {"hidden_states": "vis", "encoder_hidden_states": "aud"},
 }
 
 # The block lists to forecast, in execution order, where discovery would get them wrong: Wan VACE registers
@@ -90,6 +93,8 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
+    # video and audio text lists, then the fused video / audio blocks (audio read as the blocks' second stream)
+    "Kandinsky6Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
