@@ -95,6 +95,8 @@ SUPPORTED_TRANSFORMERS = (
     "LTX2VideoTransformer3DModel",
     # video and audio text lists, then the fused video / audio blocks (audio read as the blocks' second stream)
     "Kandinsky6Transformer3DModel",
+    # history tokens (short / mid / long memory, zero timestep) are prepended to the chunk's: forecast with the stream
+    "HeliosTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
