@@ -59,6 +59,14 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
 }
 
+# Block lists whose last blocks run as a list of their own, on a fresh stream: class -> (list, the model attribute
+# holding the number of those trailing blocks). Motif-Video's DDT decoder (its last ``num_decoder_layers`` single blocks)
+# starts again from the patch embeddings, with the encoder blocks' output as its second stream: the two parts are
+# forecast as two lists, ``name[:-k]`` and ``name[-k:]`` (one list would pass the patch embeddings through on a draft).
+SPLIT_BLOCK_LISTS: dict[str, tuple[str, str]] = {
+    "MotifVideoTransformer3DModel": ("single_transformer_blocks", "num_decoder_layers"),
+}
+
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
 A block's stream input: see :meth:`BlockIO.for_block`."""
@@ -97,6 +105,8 @@ SUPPORTED_TRANSFORMERS = (
     "Kandinsky6Transformer3DModel",
     # history tokens (short / mid / long memory, zero timestep) are prepended to the chunk's: forecast with the stream
     "HeliosTransformer3DModel",
+    # its DDT decoder (the last num_decoder_layers single blocks) forecast as a list of its own (SPLIT_BLOCK_LISTS)
+    "MotifVideoTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -107,7 +117,8 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
     (by default those of :data:`DEFAULT_BLOCK_LISTS` for the model's class). Otherwise
     ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
-    ``nn.ModuleList`` child whose items share one class.
+    ``nn.ModuleList`` child whose items share one class. A list of :data:`SPLIT_BLOCK_LISTS` is returned as two
+    (its leading and its trailing blocks).
 
     Raises:
         ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
@@ -121,12 +132,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
         if bad:
             raise ValueError(f"blocks={names!r}: {type(model).__name__} has no non-empty nn.ModuleList named "
                              f"{', '.join(map(repr, bad))}; its ModuleLists: {', '.join(by_name) or 'none'}")
-        return [(n, by_name[n]) for n in names]
+        return _split_lists(model, [(n, by_name[n]) for n in names])
     repeated = set(getattr(model, "_repeated_blocks", None) or ())
     if repeated:
         found = [(n, m) for n, m in lists if all(type(b).__name__ in repeated for b in m)]
         if found:
-            return found
+            return _split_lists(model, found)
     uniform = [(n, m) for n, m in lists if len({type(b) for b in m}) == 1]
     if not uniform:
         raise ValueError(
@@ -137,6 +148,20 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
             f"{', '.join(SUPPORTED_TRANSFORMERS)}."
         )
     return [max(uniform, key=lambda nm: len(nm[1]))]
+
+
+def _split_lists(model: nn.Module, lists: list[tuple[str, nn.ModuleList]]) -> list[tuple[str, nn.ModuleList]]:
+    """``lists`` with the list of :data:`SPLIT_BLOCK_LISTS` cut before its trailing blocks (two lists of the same
+    block modules), where the model has some."""
+    name, attr = SPLIT_BLOCK_LISTS.get(type(model).__name__, (None, ""))
+    k = int(getattr(model, attr, 0) or 0) if name else 0
+    out: list[tuple[str, nn.ModuleList]] = []
+    for n, blocks in lists:
+        if n == name and 0 < k < len(blocks):
+            out += [(f"{n}[:-{k}]", blocks[:-k]), (f"{n}[-{k}:]", blocks[-k:])]
+        else:
+            out.append((n, blocks))
+    return out
 
 
 def output_layout(block: nn.Module) -> tuple[int, int | None] | None:
