@@ -107,6 +107,8 @@ SUPPORTED_TRANSFORMERS = (
     "HeliosTransformer3DModel",
     # its DDT decoder (the last num_decoder_layers single blocks) forecast as a list of its own (SPLIT_BLOCK_LISTS)
     "MotifVideoTransformer3DModel",
+    # per-frame timesteps (the clean image frame's 0); camera raymap / Plücker inputs are fixed per call, not forecast
+    "SanaWMTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
