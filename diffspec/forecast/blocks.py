@@ -109,6 +109,8 @@ SUPPORTED_TRANSFORMERS = (
     "MotifVideoTransformer3DModel",
     # per-frame timesteps (the clean image frame's 0); camera raymap / Plücker inputs are fixed per call, not forecast
     "SanaWMTransformer3DModel",
+    # bidirectional (not the FAR causal variant); the target timestep r_timestep is read as a side input
+    "AnyFlowTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
