@@ -111,6 +111,9 @@ SUPPORTED_TRANSFORMERS = (
     "SanaWMTransformer3DModel",
     # bidirectional (not the FAR causal variant); the target timestep r_timestep is read as a side input
     "AnyFlowTransformer3DModel",
+    # one packed [text | audio | video] stream; t = 1 - sigma (steps.py); its layout and distinct timesteps are not
+    # per row (rows.py CLASS_UNBATCHED_ARGS); the token refiner's nested blocks are not forecast (no timestep)
+    "MiniMaxH3Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
