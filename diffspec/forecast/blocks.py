@@ -39,6 +39,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "BriaTransformerBlock": (1, 0),  # returns (encoder, hidden); diffusers' registry says (0, None)
     "BriaSingleTransformerBlock": (1, 0),
     "BriaFiboTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
+    "Kandinsky6FusedTransformerDecoderBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -49,6 +50,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
 BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
     "WanVACETransformerBlock": {"hidden_states": "control_hidden_states"},
     "LTX2VideoTransformerBlock": {"encoder_hidden_states": "audio_hidden_states"},
+    # Kandinsky 6's fused blocks: video ``vis`` and audio ``aud`` (their text contexts ``text_v`` / ``text_a`` are read)
+    "Kandinsky6FusedTransformerDecoderBlock": {"hidden_states": "vis", "encoder_hidden_states": "aud"},
 }
 
 # The block lists to forecast, in execution order, where discovery would get them wrong: Wan VACE registers
@@ -79,6 +82,14 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
 # (42 layers, interval 2) add none there.
 DRAFT_ZERO_MODULES: dict[str, tuple[str, ...]] = {
     "ConsisIDTransformer3DModel": ("perceiver_cross_attention",),
+}
+
+# Block lists whose last blocks run as a list of their own, on a fresh stream: class -> (list, the model attribute
+# holding the number of those trailing blocks). Motif-Video's DDT decoder (its last ``num_decoder_layers`` single blocks)
+# starts again from the patch embeddings, with the encoder blocks' output as its second stream: the two parts are
+# forecast as two lists, ``name[:-k]`` and ``name[-k:]`` (one list would pass the patch embeddings through on a draft).
+SPLIT_BLOCK_LISTS: dict[str, tuple[str, str]] = {
+    "MotifVideoTransformer3DModel": ("single_transformer_blocks", "num_decoder_layers"),
 }
 
 HIDDEN_ARGS = ("hidden_states", "x")
@@ -149,6 +160,19 @@ SUPPORTED_TRANSFORMERS = (
     # BATCH_COUPLED_TRANSFORMERS: the gist count is the batch's); the switch to text-image prompt embeddings in
     # mid-generation (more gist tokens) resets the branch, as any change of the text's shape
     "BriaFibo2Transformer2DModel",
+    # video and audio text lists, then the fused video / audio blocks (audio read as the blocks' second stream)
+    "Kandinsky6Transformer3DModel",
+    # history tokens (short / mid / long memory, zero timestep) are prepended to the chunk's: forecast with the stream
+    "HeliosTransformer3DModel",
+    # its DDT decoder (the last num_decoder_layers single blocks) forecast as a list of its own (SPLIT_BLOCK_LISTS)
+    "MotifVideoTransformer3DModel",
+    # per-frame timesteps (the clean image frame's 0); camera raymap / Plücker inputs are fixed per call, not forecast
+    "SanaWMTransformer3DModel",
+    # bidirectional (not the FAR causal variant); the target timestep r_timestep is read as a side input
+    "AnyFlowTransformer3DModel",
+    # one packed [text | audio | video] stream; t = 1 - sigma (steps.py); its layout and distinct timesteps are not
+    # per row (rows.py CLASS_UNBATCHED_ARGS); the token refiner's nested blocks are not forecast (no timestep)
+    "MiniMaxH3Transformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -157,6 +181,12 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
                           "connections, not in lists of blocks that run one after another",
     "DreamLiteTransformer2DModel": "a spatial transformer inside DreamLite's U-Net (DreamLiteUNetModel), one per "
                                    "U-Net stage and called without a timestep, so its steps cannot be told apart",
+    # discovery would take the spatial list alone, its temporal blocks still running on drafts: a 40% error even
+    # where every residual is constant
+    "LatteTransformer3DModel": "a video transformer whose spatial (transformer_blocks) and temporal "
+                               "(temporal_transformer_blocks) blocks run alternately, the stream reshaped from "
+                               "(batch * frames, patches) to (batch * patches, frames) rows between them, while "
+                               "block forecasting needs each block list to run as one contiguous stretch",
 }
 """Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 
@@ -167,11 +197,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
     (by default those of :data:`DEFAULT_BLOCK_LISTS` for the model's class). Otherwise
     ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
-    ``nn.ModuleList`` child whose items share one class.
+    ``nn.ModuleList`` child whose items share one class. A list of :data:`SPLIT_BLOCK_LISTS` is returned as two
+    (its leading and its trailing blocks).
 
     Raises:
         ValueError: if no block list can be found, ``names`` names no non-empty ModuleList, or the model is one of
-            :data:`UNSUPPORTED_TRANSFORMERS`.
+            :data:`UNSUPPORTED_TRANSFORMERS` (a U-Net, block lists that run interleaved).
     """
     reason = UNSUPPORTED_TRANSFORMERS.get(type(model).__name__)
     if reason is not None:
@@ -185,12 +216,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
         if bad:
             raise ValueError(f"blocks={names!r}: {type(model).__name__} has no non-empty nn.ModuleList named "
                              f"{', '.join(map(repr, bad))}; its ModuleLists: {', '.join(by_name) or 'none'}")
-        return [(n, by_name[n]) for n in names]
+        return _split_lists(model, [(n, by_name[n]) for n in names])
     repeated = set(getattr(model, "_repeated_blocks", None) or ())
     if repeated:
         found = [(n, m) for n, m in lists if all(type(b).__name__ in repeated for b in m)]
         if found:
-            return found
+            return _split_lists(model, found)
     uniform = [(n, m) for n, m in lists if len({type(b) for b in m}) == 1]
     if not uniform:
         raise ValueError(
@@ -201,6 +232,20 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
             f"{', '.join(SUPPORTED_TRANSFORMERS)}."
         )
     return [max(uniform, key=lambda nm: len(nm[1]))]
+
+
+def _split_lists(model: nn.Module, lists: list[tuple[str, nn.ModuleList]]) -> list[tuple[str, nn.ModuleList]]:
+    """``lists`` with the list of :data:`SPLIT_BLOCK_LISTS` cut before its trailing blocks (two lists of the same
+    block modules), where the model has some."""
+    name, attr = SPLIT_BLOCK_LISTS.get(type(model).__name__, (None, ""))
+    k = int(getattr(model, attr, 0) or 0) if name else 0
+    out: list[tuple[str, nn.ModuleList]] = []
+    for n, blocks in lists:
+        if n == name and 0 < k < len(blocks):
+            out += [(f"{n}[:-{k}]", blocks[:-k]), (f"{n}[-{k}:]", blocks[-k:])]
+        else:
+            out.append((n, blocks))
+    return out
 
 
 def output_layout(block: nn.Module) -> tuple[int, int | None] | None:

@@ -30,7 +30,7 @@ from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
-from .rows import BATCH_COUPLED_TRANSFORMERS, merge_rows, take_call_rows
+from .rows import BATCH_COUPLED_TRANSFORMERS, CLASS_UNBATCHED_ARGS, merge_rows, take_call_rows
 from .steps import INCREASING_TIMESTEPS, TIMESTEP_ARGS, StepTracker
 from .taylor import TaylorForecaster
 
@@ -111,6 +111,7 @@ class ForecastHooks(ModuleForecasts):
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
+        self._unbatched = CLASS_UNBATCHED_ARGS.get(type(self.calls.model).__name__, frozenset())  # never sliced
         self._handles: list[Any] = []
         self._patched: list[nn.Module] = []
         self._branches: dict[int, _BranchState] = {}
@@ -265,7 +266,8 @@ class ForecastHooks(ModuleForecasts):
         self._record_rows = rows
         if type(self.calls.model).__name__ in BATCH_COUPLED_TRANSFORMERS:  # the whole batch, only ``rows`` kept
             return merge_rows(index, self.calls.forward(module)(*args, **kwargs), drafted, self._per_row_lists)
-        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists)
+        sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists,
+                                              unbatched=self._unbatched)
         return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted, self._per_row_lists)
 
     def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:
@@ -394,7 +396,7 @@ class ForecastHooks(ModuleForecasts):
         checked = torch.tensor(rows)
         if len(rows) < batch:  # run the verifier on the checked rows only
             names = sorted(io.param_index, key=io.param_index.__getitem__)
-            args, kwargs = take_call_rows(args, kwargs, names, checked, batch)
+            args, kwargs = take_call_rows(args, kwargs, names, checked, batch, unbatched=self._unbatched)
         self.modules_real = True
         try:
             y_h, y_e = io.split_output(original(*args, **kwargs))

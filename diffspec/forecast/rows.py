@@ -40,12 +40,26 @@ gist-token count (from the longest prompt), so a sub-batch of shorter prompts wo
 anchors. Their rows to recompute are recomputed within the whole batch; only those rows are merged and recorded."""
 
 
-def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
+CLASS_UNBATCHED_ARGS: dict[str, frozenset[str]] = {
+    # MiniMax-H3 replicates one packed layout over the batch: ``timestep`` holds the layout's distinct timesteps and
+    # the blocks' ``temb`` their embeddings (one per noise level, not per row); the others index its packed rows
+    "MiniMaxH3Transformer3DModel": frozenset({"timestep", "temb", "timestep_indices", "token_tags", "position_ids",
+                                              "video_indices", "audio_indices", "text_indices", "adaln_indices"}),
+}
+"""Per transformer class, arguments (of the transformer or its blocks) that never have a batch dimension though
+other classes batch the same names: never sliced, whatever their length."""
+
+
+def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False,
+              unbatched: frozenset[str] = frozenset()) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
 
     ``per_row_lists``: the model takes its latents as a list with one entry per row (Z-Image), and so
-    every list of ``batch`` entries (caption features...) is indexed as a list of rows.
+    every list of ``batch`` entries (caption features...) is indexed as a list of rows. ``unbatched``: names
+    never sliced (:data:`CLASS_UNBATCHED_ARGS` of the model's class).
     """
+    if name is not None and name in unbatched:
+        return value
     if per_row_lists and isinstance(value, list) and len(value) == batch:
         return [value[i] for i in index.tolist()]
     if isinstance(value, torch.Tensor):
@@ -61,18 +75,19 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
     if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:
         return type(value)(value[i] for i in index.tolist())
     if isinstance(value, dict):
-        return {k: take_rows(v, index, batch, k, per_row_lists) for k, v in value.items()}
+        return {k: take_rows(v, index, batch, k, per_row_lists, unbatched) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
         return type(value)(take_rows(v, index, batch, name) for v in value)
     return value
 
 
 def take_call_rows(args: tuple, kwargs: dict, names: list[str], index: torch.Tensor,
-                   batch: int, per_row_lists: bool = False) -> tuple[tuple, dict]:
+                   batch: int, per_row_lists: bool = False,
+                   unbatched: frozenset[str] = frozenset()) -> tuple[tuple, dict]:
     """A call's positional (named by ``names``) and keyword arguments restricted to the rows ``index``."""
-    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None, per_row_lists)
+    sub_args = tuple(take_rows(a, index, batch, names[i] if i < len(names) else None, per_row_lists, unbatched)
                      for i, a in enumerate(args))
-    return sub_args, {k: take_rows(v, index, batch, k, per_row_lists) for k, v in kwargs.items()}
+    return sub_args, {k: take_rows(v, index, batch, k, per_row_lists, unbatched) for k, v in kwargs.items()}
 
 
 def merge_rows(index: torch.Tensor, part: Any, whole: Any, per_row_lists: bool = False) -> Any:
