@@ -90,6 +90,9 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
+    # Cosmos-Predict2.5 (per-frame timesteps, a condition-mask channel); Transfer2.5's ControlNet residuals are added
+    # inside the blocks (controlnet_residual), so a forecast carries the last full step's
+    "CosmosTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
