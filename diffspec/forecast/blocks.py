@@ -93,6 +93,9 @@ SUPPORTED_TRANSFORMERS = (
     # Cosmos-Predict2.5 (per-frame timesteps, a condition-mask channel); Transfer2.5's ControlNet residuals are added
     # inside the blocks (controlnet_residual), so a forecast carries the last full step's
     "CosmosTransformer3DModel",
+    # caveat: with enable_temporal_reasoning the pipeline drops the reasoning frames mid-run; the token count change
+    # resets the anchors (full steps follow)
+    "ChronoEditTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
