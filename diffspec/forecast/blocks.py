@@ -56,6 +56,14 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
 }
 
+# Modules (ModuleList attributes) the model runs between two blocks of a list, adding their output to the stream:
+# Wan-Animate's face adapters, after every ``inject_face_latents_blocks``-th block. A list's forecast residual already
+# carries what they add inside it, so on a block-granularity draft those inside a list add nothing (zeros); one after
+# a list's last block runs as usual.
+INTERLEAVED_MODULES: dict[str, tuple[str, ...]] = {
+    "WanAnimateTransformer3DModel": ("face_adapter",),
+}
+
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
 A block's stream input: see :meth:`BlockIO.for_block`."""
@@ -96,6 +104,9 @@ SUPPORTED_TRANSFORMERS = (
     # caveat: with enable_temporal_reasoning the pipeline drops the reasoning frames mid-run; the token count change
     # resets the anchors (full steps follow)
     "ChronoEditTransformer3DModel",
+    # its face adapters between blocks add nothing on a draft (INTERLEAVED_MODULES); the motion and face encoders run
+    # on every call, outside the blocks
+    "WanAnimateTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
