@@ -47,6 +47,8 @@ BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
 DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
+    # declares no _repeated_blocks: discovery would keep one of its two lists (the longer, or the first on a tie)
+    "HunyuanVideoFramepackTransformer3DModel": ("transformer_blocks", "single_transformer_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -107,6 +109,9 @@ SUPPORTED_TRANSFORMERS = (
     # its face adapters between blocks add nothing on a draft (INTERLEAVED_MODULES); the motion and face encoders run
     # on every call, outside the blocks
     "WanAnimateTransformer3DModel",
+    # both block lists (DEFAULT_BLOCK_LISTS); caveat: with padded prompts and a batch above one, a one-row
+    # recomputation or verification fails (a one-row call trims the text stream to the prompt)
+    "HunyuanVideoFramepackTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
