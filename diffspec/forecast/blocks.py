@@ -66,6 +66,18 @@ INTERLEAVED_MODULES: dict[str, tuple[str, ...]] = {
     "WanAnimateTransformer3DModel": ("face_adapter",),
 }
 
+# Transformers whose structure block forecasting cannot honour: class -> why (find_block_lists refuses them).
+UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
+    "Cosmos3OmniTransformer": (
+        "its decoder layers run on one packed sequence without a batch dimension (text, vision, sound and action "
+        "tokens placed by index tensors), its latents come as a list (vision_tokens) and its timesteps per patch "
+        "(vision_timesteps): there are no batch rows to plan and no timestep argument to track steps by"),
+    "WanAnimate2Transformer3DModel": (
+        "its blocks read a per-layer reference K/V cache that a separate kv_cache_mode='extract' call fills at the "
+        "segment's first timestep: that call would be taken for a CFG branch of the first step, and a draft of it "
+        "would leave the cache stale"),
+}
+
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
 A block's stream input: see :meth:`BlockIO.for_block`."""
@@ -125,8 +137,12 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
     ``nn.ModuleList`` child whose items share one class.
 
     Raises:
-        ValueError: if no block list can be found, or ``names`` names no non-empty ModuleList.
+        ValueError: if no block list can be found, ``names`` names no non-empty ModuleList, or the model is one of
+            :data:`UNSUPPORTED_TRANSFORMERS`.
     """
+    why = UNSUPPORTED_TRANSFORMERS.get(type(model).__name__)
+    if why is not None:
+        raise ValueError(f"block forecasting does not support {type(model).__name__}: {why}")
     lists = [(n, m) for n, m in model.named_children() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if names is None:
         names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)

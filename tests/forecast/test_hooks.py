@@ -257,3 +257,20 @@ def test_interleaved_modules_add_nothing_on_drafts():
     assert (out - baseline).norm() / baseline.norm() < 0.02  # 0.07 when the adapters add to a draft again
     hooks.detach()
     assert torch.equal(_loop(model, x0, call, ts), baseline)
+
+
+@pytest.mark.parametrize("cls,config", [
+    ("Cosmos3OmniTransformer", dict(head_dim=16, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                    num_hidden_layers=2, num_key_value_heads=1, vocab_size=64, latent_channel=4,
+                                    patch_latent_dim=16, rope_axes_dim=(4, 2, 2))),
+    ("WanAnimate2Transformer3DModel", dict(in_dim=12, dim=32, ffn_dim=64, freq_dim=32, text_dim=24, out_dim=4,
+                                           num_heads=2, num_layers=2, text_len=8)),
+])
+def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
+    import diffusers
+
+    model = getattr(diffusers, cls)(**config)
+    with pytest.raises(ValueError, match=f"does not support {cls}: "):
+        ForecastHooks(model, ForecastConfig(), SpecStats())
+    with pytest.raises(ValueError, match=f"does not support {cls}: "):
+        find_block_lists(model, ("layers",) if cls.startswith("Cosmos3") else ("blocks",))
