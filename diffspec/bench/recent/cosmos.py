@@ -22,14 +22,14 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     text = rand(batch, spec.text_tokens, cfg["crossattn_proj_in_channels"])
     cond_latents = rand(batch, channels, frames, hw, hw)  # VAE latents of the (padded) input video
     # create_condition_mask: the first COND_FRAMES latent frames are given
-    cond_indicator = torch.zeros(batch, 1, frames, 1, 1, device=device, dtype=dtype)
+    cond_indicator = torch.zeros(batch, 1, frames, 1, 1, device=device)  # fp32, as the timestep built from it
     cond_indicator[:, :, :COND_FRAMES] = 1.0
-    cond_mask = cond_indicator.expand(-1, -1, -1, hw, hw)
+    cond_mask = cond_indicator.expand(-1, -1, -1, hw, hw).to(dtype)
     gt_velocity = (latents - cond_latents) * cond_mask  # from the initial noise, as the pipeline
 
     def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         # per-frame timestep (B, 1, F, 1, 1): sigma on generated frames, conditional_frame_timestep on given ones
-        timestep = cond_indicator * COND_TIMESTEP + (1 - cond_indicator) * t.to(dtype)
+        timestep = cond_indicator * COND_TIMESTEP + (1 - cond_indicator) * t.float()
         inputs = cond_mask * cond_latents + (1 - cond_mask) * x
         pred = model(hidden_states=inputs, condition_mask=cond_mask, timestep=timestep,
                      encoder_hidden_states=text, return_dict=False)[0]
