@@ -66,6 +66,8 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     # no _repeated_blocks: the longest list (the single blocks) would leave the joint blocks running every step
     "AuraFlowTransformer2DModel": ("joint_transformer_blocks", "single_transformer_blocks"),
     "BriaTransformer2DModel": ("transformer_blocks", "single_transformer_blocks"),  # likewise
+    # declares no _repeated_blocks: discovery would keep one of its two lists (the longer, or the first on a tie)
+    "HunyuanVideoFramepackTransformer3DModel": ("transformer_blocks", "single_transformer_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -75,13 +77,14 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
 }
 
-# Modules (nn.ModuleList attributes of the model) that the model runs between the blocks of a forecast list, outside
-# them, adding their output to the list's stream: ConsisID's face perceiver cross-attentions, added after every
-# ``cross_attn_interval``-th block. The list's residual already carries what they add, so on a draft they return zeros
-# (run nothing), as side outputs do. One after the list's last block would be lost on drafts: released configs
-# (42 layers, interval 2) add none there.
-DRAFT_ZERO_MODULES: dict[str, tuple[str, ...]] = {
+# Modules (nn.ModuleList attributes of the model) that the model runs between two blocks of a forecast list, outside
+# them, adding their output to the list's stream: ConsisID's face perceiver cross-attentions (after every
+# ``cross_attn_interval``-th block) and Wan-Animate's face adapters (after every ``inject_face_latents_blocks``-th
+# block). A list's forecast residual already carries what they add inside it, so on a block-granularity draft those
+# inside a list add nothing (zeros, nothing run); one after a list's last block runs as usual.
+INTERLEAVED_MODULES: dict[str, tuple[str, ...]] = {
     "ConsisIDTransformer3DModel": ("perceiver_cross_attention",),
+    "WanAnimateTransformer3DModel": ("face_adapter",),
 }
 
 # Block lists whose last blocks run as a list of their own, on a fresh stream: class -> (list, the model attribute
@@ -131,7 +134,7 @@ SUPPORTED_TRANSFORMERS = (
     "EasyAnimateTransformer3DModel",  # blocks called positionally; layout in BLOCK_OUTPUT_LAYOUTS
     "CogView3PlusTransformer2DModel",  # layout in BLOCK_OUTPUT_LAYOUTS
     # with is_train_face: the face perceiver cross-attentions between blocks return zeros on drafts
-    # (DRAFT_ZERO_MODULES); the facial extractor before the blocks still runs at every step
+    # (INTERLEAVED_MODULES); the facial extractor before the blocks still runs at every step
     "ConsisIDTransformer3DModel",
     # tested in text-to-image; image-to-image with several prompts reads one KV cache per prompt's condition images,
     # which a sub-batch of rows (speca's verifier, partial recomputes) does not match
@@ -173,6 +176,18 @@ SUPPORTED_TRANSFORMERS = (
     # one packed [text | audio | video] stream; t = 1 - sigma (steps.py); its layout and distinct timesteps are not
     # per row (rows.py CLASS_UNBATCHED_ARGS); the token refiner's nested blocks are not forecast (no timestep)
     "MiniMaxH3Transformer3DModel",
+    # Cosmos-Predict2.5 (per-frame timesteps, a condition-mask channel); Transfer2.5's ControlNet residuals are added
+    # inside the blocks (controlnet_residual), so a forecast carries the last full step's
+    "CosmosTransformer3DModel",
+    # caveat: with enable_temporal_reasoning the pipeline drops the reasoning frames mid-run; the token count change
+    # resets the anchors (full steps follow)
+    "ChronoEditTransformer3DModel",
+    # its face adapters between blocks add nothing on a draft (INTERLEAVED_MODULES); the motion and face encoders run
+    # on every call, outside the blocks
+    "WanAnimateTransformer3DModel",
+    # both block lists (DEFAULT_BLOCK_LISTS); caveat: with padded prompts and a batch above one, a one-row
+    # recomputation or verification fails (a one-row call trims the text stream to the prompt)
+    "HunyuanVideoFramepackTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -187,6 +202,14 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
                                "(temporal_transformer_blocks) blocks run alternately, the stream reshaped from "
                                "(batch * frames, patches) to (batch * patches, frames) rows between them, while "
                                "block forecasting needs each block list to run as one contiguous stretch",
+    "Cosmos3OmniTransformer": (
+        "a transformer whose decoder layers run on one packed sequence without a batch dimension (text, vision, sound "
+        "and action tokens placed by index tensors), its latents given as a list (vision_tokens) and its timesteps "
+        "per patch (vision_timesteps): there are no batch rows to plan and no timestep argument to track steps by"),
+    "WanAnimate2Transformer3DModel": (
+        "a transformer whose blocks read a per-layer reference K/V cache that a separate kv_cache_mode='extract' "
+        "call fills at the segment's first timestep: that call would be taken for a CFG branch of the first step, "
+        "and a draft of it would leave the cache stale"),
 }
 """Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 
@@ -202,7 +225,7 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
 
     Raises:
         ValueError: if no block list can be found, ``names`` names no non-empty ModuleList, or the model is one of
-            :data:`UNSUPPORTED_TRANSFORMERS` (a U-Net, block lists that run interleaved).
+            :data:`UNSUPPORTED_TRANSFORMERS` (a U-Net, block lists that run interleaved, no batch rows).
     """
     reason = UNSUPPORTED_TRANSFORMERS.get(type(model).__name__)
     if reason is not None:

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import DRAFT_ZERO_MODULES, HIDDEN_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
+from .blocks import HIDDEN_ARGS, INTERLEAVED_MODULES, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
@@ -127,6 +127,7 @@ class ForecastHooks(ModuleForecasts):
         self._run_verifier = False
         self._record_rows: list[int] | None = None
         self._errors: torch.Tensor | None = None
+        self._between_blocks = False  # the last block run was not its list's last (INTERLEAVED_MODULES)
 
     @property
     def full(self) -> bool:
@@ -160,9 +161,9 @@ class ForecastHooks(ModuleForecasts):
                 self._patched.append(block)
                 if self.module_ok and self.config.granularity != "block":
                     self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
-        for name in DRAFT_ZERO_MODULES.get(type(self.calls.model).__name__, ()):
+        for name in INTERLEAVED_MODULES.get(type(self.calls.model).__name__, ()):
             for module in getattr(self.calls.model, name):
-                module.forward = self._zero_on_draft(module.forward)
+                module.forward = self._wrap_interleaved(module)
                 self._patched.append(module)
 
     def detach(self) -> None:
@@ -224,6 +225,7 @@ class ForecastHooks(ModuleForecasts):
         self._full_rows = [sched.forced_full(step, num_steps, s) or f for s, f in zip(branch.since_full, branch.force_full)]
         self._check_rows = [not f and sched.checked(s) for f, s in zip(self._full_rows, branch.since_full)]
         self._errors = None
+        self._between_blocks = False
         if all(self._full_rows):
             self.mode, self._record_rows = "full", None
         else:
@@ -308,20 +310,6 @@ class ForecastHooks(ModuleForecasts):
             stats.forecast_steps += 1
 
     # ----------------------------------------------------------------- block wrapper
-    def _zero_on_draft(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        """A :data:`~.blocks.DRAFT_ZERO_MODULES` module's forward: zeros shaped like its ``hidden_states`` on a
-        draft (what it adds is in the list's residual), itself on a full pass or where the blocks run on drafts
-        (module granularity)."""
-        signature = inspect.signature(original)
-        hooks = self
-
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            if hooks.mode == "full" or hooks.granularity == "module":
-                return original(*args, **kwargs)
-            return torch.zeros_like(signature.bind(*args, **kwargs).arguments["hidden_states"])
-
-        return forward
-
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
               split: bool, side_only: bool = False) -> Callable[..., Any]:
         """``split``: the verified list, whose last block is forecast (and verified) on its own. ``side_only``: a
@@ -339,6 +327,7 @@ class ForecastHooks(ModuleForecasts):
             return draft_forward(hooks, block, list_index, block_index, **io.as_kwargs(args, kwargs))
 
         def forward(*args: Any, **kwargs: Any) -> Any:
+            hooks._between_blocks = not last
             state = hooks._branch.lists[list_index] if hooks._branch is not None else None
             if state is None:
                 return original(*args, **kwargs)
@@ -371,6 +360,21 @@ class ForecastHooks(ModuleForecasts):
             if not split:
                 return io.pack(hidden, None if state.encoder_out_none else encoder)
             return hooks._verified_tail(state, io, original, args, kwargs, hidden, encoder)
+
+        return forward
+
+    def _wrap_interleaved(self, module: nn.Module) -> Callable[..., Any]:
+        """A module run between two blocks of a list, its output added to the stream (:data:`~.blocks.INTERLEAVED_MODULES`):
+        on a block-granularity draft it returns zeros shaped like its ``hidden_states`` there, its part being in the
+        list's forecast residual; one after a list's last block runs as usual."""
+        original = module.forward
+        signature = inspect.signature(original)
+        hooks = self
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if hooks.mode == "draft" and hooks.granularity != "module" and hooks._between_blocks:
+                return torch.zeros_like(signature.bind(*args, **kwargs).arguments["hidden_states"])
+            return original(*args, **kwargs)
 
         return forward
 

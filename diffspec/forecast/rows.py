@@ -13,11 +13,14 @@ import torch
 UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_emb", "freqs_cis",
                             "visual_rope_pos", "text_rope_pos",  # Kandinsky 5: 1-D position ranges
                             "attention_kwargs", "joint_attention_kwargs", "return_dict",
-                            "control_hidden_states_scale"})
+                            "control_hidden_states_scale",
+                            # FramePack: 1-D frame indices of the latents and of each history
+                            "indices_latents", "indices_latents_clean", "indices_latents_history_2x",
+                            "indices_latents_history_4x"})
 """Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
 the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table; a position
 range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer), as long as the batch
-is not sliced)."""
+is not sliced; FramePack's frame indices)."""
 
 PER_ROW_LIST_ARGS = frozenset({"img_shapes",
                                "shape_list"})  # JoyImage Edit Plus: each row's (t, h, w) per component

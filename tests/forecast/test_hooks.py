@@ -248,7 +248,7 @@ def test_modules_between_blocks_are_zero_on_drafts(monkeypatch):
     out, stats = run()
     assert stats.forecast_steps > 0 and ran["n"] == len(model.perceiver_cross_attention) * stats.full_steps
     rel = (out - baseline).norm() / baseline.norm()
-    monkeypatch.setattr(hooks_module, "DRAFT_ZERO_MODULES", {})
+    monkeypatch.setattr(hooks_module, "INTERLEAVED_MODULES", {})
     twice, _ = run()  # the modules run on drafts too, on top of the forecast
     assert rel < 0.5 * (twice - baseline).norm() / baseline.norm()
     ran["n"] = 0
@@ -299,3 +299,40 @@ def test_dreamlite_unet_transformer_is_refused_with_the_reason():
         find_block_lists(model)
     with pytest.raises(ValueError, match="DreamLiteTransformer2DModel"):
         ForecastHooks(model, ForecastConfig(blocks=("transformer_blocks",)), SpecStats())
+
+
+def test_interleaved_modules_add_nothing_on_drafts():
+    """Wan-Animate's face adapters run between blocks and add to the stream: a draft runs none of them inside the
+    forecast list (its residual carries them), and the forecast stays close to the baseline; detach restores them."""
+    name = "tiny-wananimate"
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=2)
+    ts = timesteps_for(name, 12)
+    baseline = _loop(model, x0, call, ts)
+    hooks = ForecastHooks(model, ForecastConfig(interval=4, warmup=2), SpecStats(), num_steps_fn=lambda: 12)
+    hooks.attach()
+    calls = {"n": 0}
+    for adapter in model.face_adapter:
+        adapter.to_q.register_forward_pre_hook(lambda *_: calls.__setitem__("n", calls["n"] + 1))
+    out = _loop(model, x0, call, ts)
+    assert calls["n"] == len(model.face_adapter) * hooks.stats.full_steps and hooks.stats.forecast_steps > 0
+    assert (out - baseline).norm() / baseline.norm() < 0.02  # 0.07 when the adapters add to a draft again
+    hooks.detach()
+    assert torch.equal(_loop(model, x0, call, ts), baseline)
+
+
+@pytest.mark.parametrize("cls,config", [
+    ("Cosmos3OmniTransformer", dict(head_dim=16, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                    num_hidden_layers=2, num_key_value_heads=1, vocab_size=64, latent_channel=4,
+                                    patch_latent_dim=16, rope_axes_dim=(4, 2, 2))),
+    ("WanAnimate2Transformer3DModel", dict(in_dim=12, dim=32, ffn_dim=64, freq_dim=32, text_dim=24, out_dim=4,
+                                           num_heads=2, num_layers=2, text_len=8)),
+])
+def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
+    import diffusers
+
+    model = getattr(diffusers, cls)(**config)
+    with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
+        ForecastHooks(model, ForecastConfig(), SpecStats())
+    with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
+        find_block_lists(model, ("layers",) if cls.startswith("Cosmos3") else ("blocks",))
