@@ -28,6 +28,7 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "MochiTransformerBlock": (0, 1),
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "Flux3SingleTransformerBlock": (1, 0),  # (text, content); its mode blocks return a tensor
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -47,6 +48,10 @@ BLOCK_STREAM_INPUTS: dict[str, dict[str, str]] = {
 DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks", "blocks"),
     "Lumina2Transformer2DModel": ("context_refiner", "noise_refiner", "layers"),
+    # FLUX.3: per-mode lists (text, then image, then reference images, nested in the ``mode_blocks`` dict), then the
+    # joint blocks; the reference list runs only for image-to-image calls
+    "Flux3Transformer2DModel": ("txt_mode_blocks", "mode_blocks.image", "mode_blocks.image_cond",
+                                "single_transformer_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -90,6 +95,9 @@ SUPPORTED_TRANSFORMERS = (
     "ZImageTransformer2DModel",
     # video and audio streams both forecast (BLOCK_STREAM_INPUTS: audio read as the block's second stream)
     "LTX2VideoTransformer3DModel",
+    # per-mode lists nested in a ModuleDict (DEFAULT_BLOCK_LISTS, dotted names); the text and reference-image mode
+    # blocks run at timestep 0, so their forecast residuals stay constant
+    "Flux3Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -97,7 +105,8 @@ SUPPORTED_TRANSFORMERS = (
 def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
     """The model's lists of repeated transformer blocks, in execution (registration) order.
 
-    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
+    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use, dotted for a list
+    nested in a container (``"mode_blocks.image"``)
     (by default those of :data:`DEFAULT_BLOCK_LISTS` for the model's class). Otherwise
     ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
     ``nn.ModuleList`` child whose items share one class.
@@ -110,6 +119,14 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
         names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)
     if names is not None:
         by_name = dict(lists)
+        for n in names:  # a dotted name: a list nested in a container (FLUX.3's ``mode_blocks.image``)
+            if "." in n and n not in by_name:
+                try:
+                    sub = model.get_submodule(n)
+                except AttributeError:
+                    continue
+                if isinstance(sub, nn.ModuleList) and len(sub) > 0:
+                    by_name[n] = sub
         bad = [n for n in names if n not in by_name]
         if bad:
             raise ValueError(f"blocks={names!r}: {type(model).__name__} has no non-empty nn.ModuleList named "
