@@ -61,6 +61,16 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
 }
 
+# Transformer call arguments the hooks cannot honour, by class: argument -> why (raised as a ValueError when passed).
+REFUSED_ARGS: dict[str, dict[str, str]] = {
+    # its pipeline's default use_kv_cache=True: later steps feed the blocks the target tokens only (the block stream
+    # changes length after step 0) and the cache holds every row's prefix (no per-row slicing)
+    "QwenImage21Transformer2DModel": {
+        "kv_cache": "the prefix KV cache changes the blocks' token count after the first step and cannot be sliced "
+                    "per row; call the pipeline with use_kv_cache=False",
+    },
+}
+
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
 A block's stream input: see :meth:`BlockIO.for_block`."""
@@ -98,6 +108,9 @@ SUPPORTED_TRANSFORMERS = (
     # per-mode lists nested in a ModuleDict (DEFAULT_BLOCK_LISTS, dotted names); the text and reference-image mode
     # blocks run at timestep 0, so their forecast residuals stay constant
     "Flux3Transformer2DModel",
+    # without the prefix KV cache (REFUSED_ARGS: use_kv_cache=False); the blocks' B + 1 modulation rows (the last at
+    # t = 0) are sliced per row keeping the last (rows.py)
+    "QwenImage21Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

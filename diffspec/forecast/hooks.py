@@ -25,7 +25,7 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import HIDDEN_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
+from .blocks import HIDDEN_ARGS, REFUSED_ARGS, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
@@ -110,6 +110,7 @@ class ForecastHooks(ModuleForecasts):
         self._params = list(inspect.signature(self.calls.model.forward).parameters)
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
+        self._refused = REFUSED_ARGS.get(type(self.calls.model).__name__, {})
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
         self._handles: list[Any] = []
         self._patched: list[nn.Module] = []
@@ -186,6 +187,10 @@ class ForecastHooks(ModuleForecasts):
         return args[i] if i is not None and i < len(args) else None
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        for name, why in self._refused.items():
+            if self._arg(name, args, kwargs) is not None:
+                raise ValueError(f"{type(self.calls.model).__name__}: {name} is not supported with block "
+                                 f"forecasting: {why}")
         self.calls.borrow()
         t = self.tracker.read(self._arg(self._timestep_name, args, kwargs))
         if self.tracker.observe(t):

@@ -29,6 +29,11 @@ STACKED_ARGS = frozenset({"temb"})
 Qwen-Image with ``zero_cond_t`` (the edit models) passes its blocks ``temb`` for the real timestep's
 rows, then the zero timestep's. When their first dim is ``m * batch`` (``m > 1``), each copy is sliced."""
 
+TRAILING_SHARED_ARGS = frozenset({"modulation"})
+"""Tensors of ``batch + 1`` rows whose last row is shared by every batch row: Qwen-Image 2.1 (``causal_condition``)
+passes its blocks one modulation row per sample, then the ``t = 0`` row of the text and condition tokens. When their
+first dim is ``batch + 1``, the rows are sliced and the last row kept."""
+
 
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
@@ -43,6 +48,9 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
             index = index.to(value.device, non_blocking=True)
             stacked = torch.cat([index + j * batch for j in range(value.shape[0] // batch)])
             return value.index_select(0, stacked)
+        if name in TRAILING_SHARED_ARGS and value.dim() >= 1 and value.shape[0] == batch + 1:
+            index = index.to(value.device, non_blocking=True)
+            return value.index_select(0, torch.cat([index, index.new_tensor([batch])]))
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:

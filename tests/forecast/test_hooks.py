@@ -271,3 +271,19 @@ def test_nested_block_lists_by_dotted_name_flux3_image_to_image():
     rel = (out - baseline).norm() / baseline.norm()
     assert torch.isfinite(out).all() and 0 < rel < 0.2, rel
     hooks.detach()
+
+
+
+def test_qwenimage21_prefix_kv_cache_is_refused_with_the_reason():
+    """Qwen-Image 2.1's prefix KV cache (its pipeline's default) shrinks the blocks' stream after step 0 and holds
+    every row's prefix: the hooks refuse it and say how to call the pipeline instead."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
+
+    model = build_transformer("tiny-qwenimage21")
+    ForecastHooks(model, ForecastConfig(), SpecStats()).attach()
+    img_mask = torch.tensor([[False] * 6 + [True] * 4])  # 6 text tokens, 4 slots of 2x2 target tokens
+    kwargs = dict(hidden_states=torch.randn(1, 16, 4), encoder_hidden_states=torch.randn(1, 6, 24),
+                  timestep=torch.tensor([1.0]), img_shapes=[[(1, 4, 4)]], img_mask=img_mask, return_dict=False)
+    assert model(**kwargs)[0].shape == (1, 22, 4)  # without the cache: forecast as usual
+    with pytest.raises(ValueError, match="QwenImage21Transformer2DModel: kv_cache .* use_kv_cache=False"):
+        model(**kwargs, kv_cache=QwenImage21KVCache(3), kv_cache_mode="extract")
