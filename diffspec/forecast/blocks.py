@@ -111,6 +111,7 @@ SUPPORTED_TRANSFORMERS = (
     # without the prefix KV cache (REFUSED_ARGS: use_kv_cache=False); the blocks' B + 1 modulation rows (the last at
     # t = 0) are sliced per row keeping the last (rows.py)
     "QwenImage21Transformer2DModel",
+    "Krea2Transformer2DModel",  # its text fusion blocks (nested, timestep-independent) run every step
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
