@@ -112,6 +112,9 @@ SUPPORTED_TRANSFORMERS = (
     # t = 0) are sliced per row keeping the last (rows.py)
     "QwenImage21Transformer2DModel",
     "Krea2Transformer2DModel",  # its text fusion blocks (nested, timestep-independent) run every step
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its pipeline's unconditional_transformer is a second model:
+    # forecast only where hooked too
+    "Ideogram4Transformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 

@@ -8,7 +8,8 @@ import torch
 
 TIMESTEP_ARGS = ("timestep", "t")
 """Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``)."""
-INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel"})
+INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel",
+                                  "Ideogram4Transformer2DModel"})  # Ideogram 4: 1 - sigma as well
 """Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
 generation, so a decrease, not an increase, starts a new one."""
 
