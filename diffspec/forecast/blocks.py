@@ -29,6 +29,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "WanVACETransformerBlock": (1, None),  # (hint, control stream); see BLOCK_STREAM_INPUTS
     "LTX2VideoTransformerBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
     "Flux3SingleTransformerBlock": (1, 0),  # (text, content); its mode blocks return a tensor
+    "LongCatImageTransformerBlock": (1, 0),
+    "LongCatImageSingleTransformerBlock": (1, 0),
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -115,6 +117,7 @@ SUPPORTED_TRANSFORMERS = (
     # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its pipeline's unconditional_transformer is a second model:
     # forecast only where hooked too
     "Ideogram4Transformer2DModel",
+    "LongCatImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
