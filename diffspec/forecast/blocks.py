@@ -31,6 +31,8 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "Flux3SingleTransformerBlock": (1, 0),  # (text, content); its mode blocks return a tensor
     "LongCatImageTransformerBlock": (1, 0),
     "LongCatImageSingleTransformerBlock": (1, 0),
+    "OvisImageTransformerBlock": (1, 0),
+    "OvisImageSingleTransformerBlock": (1, 0),
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -118,6 +120,7 @@ SUPPORTED_TRANSFORMERS = (
     # forecast only where hooked too
     "Ideogram4Transformer2DModel",
     "LongCatImageTransformer2DModel",
+    "OvisImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
