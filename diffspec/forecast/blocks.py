@@ -65,6 +65,11 @@ SIDE_OUTPUT_LISTS: dict[str, tuple[str, ...]] = {
     "WanVACETransformer3DModel": ("vace_blocks",),
 }
 
+# Blocks whose streams are sequence-first, (S, B, D) (ERNIE-Image's): BlockIO reads them batch-first (transposed
+# views) and writes them back sequence-first; the verifier runs such a block on every row (its other inputs cannot
+# be sliced to a row subset by the batch dimension) and keeps the checked rows.
+SEQUENCE_FIRST_BLOCKS = frozenset({"ErnieImageSharedAdaLNBlock"})
+
 # Transformer call arguments the hooks cannot honour, by class: argument -> why (raised as a ValueError when passed).
 REFUSED_ARGS: dict[str, dict[str, str]] = {
     # its pipeline's default use_kv_cache=True: later steps feed the blocks the target tokens only (the block stream
@@ -74,6 +79,8 @@ REFUSED_ARGS: dict[str, dict[str, str]] = {
                     "per row; call the pipeline with use_kv_cache=False",
     },
 }
+
+_STREAMS = ("hidden_states", "encoder_hidden_states")
 
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
@@ -121,6 +128,9 @@ SUPPORTED_TRANSFORMERS = (
     "Ideogram4Transformer2DModel",
     "LongCatImageTransformer2DModel",
     "OvisImageTransformer2DModel",
+    # sequence-first blocks (SEQUENCE_FIRST_BLOCKS): the speca verifier runs its block on every row, not the checked
+    # subset only
+    "ErnieImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -196,6 +206,7 @@ class BlockIO:
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
     aliases: dict[str, str] = field(default_factory=dict)  # stream name ("hidden_states") -> the block's parameter
+    seq_first: bool = False  # streams are (S, B, D): SEQUENCE_FIRST_BLOCKS
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
@@ -207,14 +218,22 @@ class BlockIO:
         if "hidden_states" not in aliases and "hidden_states" not in params and params:
             aliases["hidden_states"] = params[0]
         aliases = {k: v for k, v in aliases.items() if k != v}
-        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
+        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases,
+                   seq_first=name in SEQUENCE_FIRST_BLOCKS)
+
+    def _flip(self, stream: str, value: Any) -> Any:
+        """A stream between the block's sequence-first layout and batch-first (its own inverse)."""
+        if self.seq_first and stream in _STREAMS and isinstance(value, torch.Tensor):
+            return value.transpose(0, 1)
+        return value
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
-        name = self.aliases.get(name, name)
+        """An input of the call; the streams (``hidden_states``, ``encoder_hidden_states``) batch-first."""
+        stream, name = name, self.aliases.get(name, name)
         if name in kwargs:
-            return kwargs[name]
+            return self._flip(stream, kwargs[name])
         i = self.param_index.get(name)
-        return args[i] if i is not None and i < len(args) else None
+        return self._flip(stream, args[i]) if i is not None and i < len(args) else None
 
     def as_kwargs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         """Every argument of a call by name."""
@@ -225,6 +244,7 @@ class BlockIO:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)
         for name, value in values.items():
+            value = self._flip(name, value)
             name = self.aliases.get(name, name)
             i = self.param_index.get(name)
             if name in kwargs:
@@ -237,7 +257,7 @@ class BlockIO:
         """``(hidden, encoder)`` of a block's output; learns the output form on first use."""
         if isinstance(out, torch.Tensor):
             self.returns_tensor = True
-            return out, None
+            return self._flip("hidden_states", out), None
         if not isinstance(out, (tuple, list)) or self.layout is None:
             raise ValueError(
                 f"block {self.block_name} returns {type(out).__name__} with an unknown layout; register it with "
@@ -246,7 +266,8 @@ class BlockIO:
         self.returns_tensor = False
         self.tuple_len = len(out)
         h_i, e_i = self.layout
-        return out[h_i], (out[e_i] if e_i is not None else None)
+        encoder = out[e_i] if e_i is not None else None
+        return self._flip("hidden_states", out[h_i]), self._flip("encoder_hidden_states", encoder)
 
     def pack(self, hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
         """Build an output in the block's own layout (on a draft step).
@@ -254,6 +275,7 @@ class BlockIO:
         Other tuple entries are side outputs that the model adds to a later list's stream between its
         blocks (Wan VACE's hints): that list's anchors already contain them, so a draft returns zeros.
         """
+        hidden, encoder = self._flip("hidden_states", hidden), self._flip("encoder_hidden_states", encoder)
         if self.returns_tensor:
             return hidden
         h_i, e_i = self.layout  # type: ignore[misc]

@@ -374,7 +374,8 @@ class ForecastHooks(ModuleForecasts):
             return io.pack(h_hat, e_hat)
         batch, rows = len(self._check_rows), [r for r, c in enumerate(self._check_rows) if c]
         checked = torch.tensor(rows)
-        if len(rows) < batch:  # run the verifier on the checked rows only
+        subset = len(rows) < batch
+        if subset and not io.seq_first:  # run the verifier on the checked rows only
             names = sorted(io.param_index, key=io.param_index.__getitem__)
             args, kwargs = take_call_rows(args, kwargs, names, checked, batch)
         self.modules_real = True
@@ -383,6 +384,9 @@ class ForecastHooks(ModuleForecasts):
         finally:
             self.modules_real = False
         index = checked.to(h_hat.device, non_blocking=True)
+        if subset and io.seq_first:  # run on every row: keep the checked ones
+            y_h = y_h.index_select(0, index)
+            y_e = y_e.index_select(0, index) if y_e is not None else None
         errors = verify_error(h_hat.index_select(0, index), y_h, self.config.metric,  # type: ignore[union-attr]
                               hidden.index_select(0, index))
         self._errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)
