@@ -40,6 +40,11 @@ BLOCK_OUTPUT_LAYOUTS: dict[str, tuple[int, int | None]] = {
     "BriaSingleTransformerBlock": (1, 0),
     "BriaFiboTransformerBlock": (1, 0),  # not in diffusers' registry (its single blocks return a tensor)
     "Kandinsky6FusedTransformerDecoderBlock": (0, 1),  # (video, audio); see BLOCK_STREAM_INPUTS
+    "Flux3SingleTransformerBlock": (1, 0),  # (text, content); its mode blocks return a tensor
+    "LongCatImageTransformerBlock": (1, 0),
+    "LongCatImageSingleTransformerBlock": (1, 0),
+    "OvisImageTransformerBlock": (1, 0),
+    "OvisImageSingleTransformerBlock": (1, 0),
 }
 
 # The inputs carrying a block's two forecast streams, where they are not named ``hidden_states`` (the stream at
@@ -68,6 +73,10 @@ DEFAULT_BLOCK_LISTS: dict[str, tuple[str, ...]] = {
     "BriaTransformer2DModel": ("transformer_blocks", "single_transformer_blocks"),  # likewise
     # declares no _repeated_blocks: discovery would keep one of its two lists (the longer, or the first on a tie)
     "HunyuanVideoFramepackTransformer3DModel": ("transformer_blocks", "single_transformer_blocks"),
+    # FLUX.3: per-mode lists (text, then image, then reference images, nested in the ``mode_blocks`` dict), then the
+    # joint blocks; the reference list runs only for image-to-image calls
+    "Flux3Transformer2DModel": ("txt_mode_blocks", "mode_blocks.image", "mode_blocks.image_cond",
+                                "single_transformer_blocks"),
 }
 
 # Block lists whose stream nothing reads after the list, only their side outputs (Wan VACE's control blocks: the
@@ -94,6 +103,22 @@ INTERLEAVED_MODULES: dict[str, tuple[str, ...]] = {
 SPLIT_BLOCK_LISTS: dict[str, tuple[str, str]] = {
     "MotifVideoTransformer3DModel": ("single_transformer_blocks", "num_decoder_layers"),
 }
+# Blocks whose streams are sequence-first, (S, B, D) (ERNIE-Image's): BlockIO reads them batch-first (transposed
+# views) and writes them back sequence-first; the verifier runs such a block on every row (its other inputs cannot
+# be sliced to a row subset by the batch dimension) and keeps the checked rows.
+SEQUENCE_FIRST_BLOCKS = frozenset({"ErnieImageSharedAdaLNBlock"})
+
+# Transformer call arguments the hooks cannot honour, by class: argument -> why (raised as a ValueError when passed).
+REFUSED_ARGS: dict[str, dict[str, str]] = {
+    # its pipeline's default use_kv_cache=True: later steps feed the blocks the target tokens only (the block stream
+    # changes length after step 0) and the cache holds every row's prefix (no per-row slicing)
+    "QwenImage21Transformer2DModel": {
+        "kv_cache": "the prefix KV cache changes the blocks' token count after the first step and cannot be sliced "
+                    "per row; call the pipeline with use_kv_cache=False",
+    },
+}
+
+_STREAMS = ("hidden_states", "encoder_hidden_states")
 
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
@@ -188,6 +213,21 @@ SUPPORTED_TRANSFORMERS = (
     # both block lists (DEFAULT_BLOCK_LISTS); caveat: with padded prompts and a batch above one, a one-row
     # recomputation or verification fails (a one-row call trims the text stream to the prompt)
     "HunyuanVideoFramepackTransformer3DModel",
+    # per-mode lists nested in a ModuleDict (DEFAULT_BLOCK_LISTS, dotted names); the text and reference-image mode
+    # blocks run at timestep 0, so their forecast residuals stay constant
+    "Flux3Transformer2DModel",
+    # without the prefix KV cache (REFUSED_ARGS: use_kv_cache=False); the blocks' B + 1 modulation rows (the last at
+    # t = 0) are sliced per row keeping the last (rows.py)
+    "QwenImage21Transformer2DModel",
+    "Krea2Transformer2DModel",  # its text fusion blocks (nested, timestep-independent) run every step
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its pipeline's unconditional_transformer is a second model:
+    # forecast only where hooked too
+    "Ideogram4Transformer2DModel",
+    "LongCatImageTransformer2DModel",
+    "OvisImageTransformer2DModel",
+    # sequence-first blocks (SEQUENCE_FIRST_BLOCKS): the speca verifier runs its block on every row, not the checked
+    # subset only
+    "ErnieImageTransformer2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -217,7 +257,8 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
 def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> list[tuple[str, nn.ModuleList]]:
     """The model's lists of repeated transformer blocks, in execution (registration) order.
 
-    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use
+    ``names`` (the config's ``blocks`` field) names the ``nn.ModuleList`` attributes to use, dotted for a list
+    nested in a container (``"mode_blocks.image"``)
     (by default those of :data:`DEFAULT_BLOCK_LISTS` for the model's class). Otherwise
     ``model._repeated_blocks`` (class names) when the model declares it, else the longest direct
     ``nn.ModuleList`` child whose items share one class. A list of :data:`SPLIT_BLOCK_LISTS` is returned as two
@@ -235,6 +276,14 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
         names = DEFAULT_BLOCK_LISTS.get(type(model).__name__)
     if names is not None:
         by_name = dict(lists)
+        for n in names:  # a dotted name: a list nested in a container (FLUX.3's ``mode_blocks.image``)
+            if "." in n and n not in by_name:
+                try:
+                    sub = model.get_submodule(n)
+                except AttributeError:
+                    continue
+                if isinstance(sub, nn.ModuleList) and len(sub) > 0:
+                    by_name[n] = sub
         bad = [n for n in names if n not in by_name]
         if bad:
             raise ValueError(f"blocks={names!r}: {type(model).__name__} has no non-empty nn.ModuleList named "
@@ -254,7 +303,7 @@ def find_block_lists(model: nn.Module, names: tuple[str, ...] | None = None) -> 
             "method='taylor', blocks=('transformer_blocks',)). Supported transformers: "
             f"{', '.join(SUPPORTED_TRANSFORMERS)}."
         )
-    return [max(uniform, key=lambda nm: len(nm[1]))]
+    return _split_lists(model, [max(uniform, key=lambda nm: len(nm[1]))])
 
 
 def _split_lists(model: nn.Module, lists: list[tuple[str, nn.ModuleList]]) -> list[tuple[str, nn.ModuleList]]:
@@ -295,6 +344,7 @@ class BlockIO:
     returns_tensor: bool | None = None  # learnt at the first full call
     tuple_len: int = 2
     aliases: dict[str, str] = field(default_factory=dict)  # stream name ("hidden_states") -> the block's parameter
+    seq_first: bool = False  # streams are (S, B, D): SEQUENCE_FIRST_BLOCKS
 
     @classmethod
     def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
@@ -306,14 +356,22 @@ class BlockIO:
         if "hidden_states" not in aliases and "hidden_states" not in params and params:
             aliases["hidden_states"] = params[0]
         aliases = {k: v for k, v in aliases.items() if k != v}
-        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases)
+        return cls(name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases,
+                   seq_first=name in SEQUENCE_FIRST_BLOCKS)
+
+    def _flip(self, stream: str, value: Any) -> Any:
+        """A stream between the block's sequence-first layout and batch-first (its own inverse)."""
+        if self.seq_first and stream in _STREAMS and isinstance(value, torch.Tensor):
+            return value.transpose(0, 1)
+        return value
 
     def arg(self, name: str, args: tuple, kwargs: dict) -> Any:
-        name = self.aliases.get(name, name)
+        """An input of the call; the streams (``hidden_states``, ``encoder_hidden_states``) batch-first."""
+        stream, name = name, self.aliases.get(name, name)
         if name in kwargs:
-            return kwargs[name]
+            return self._flip(stream, kwargs[name])
         i = self.param_index.get(name)
-        return args[i] if i is not None and i < len(args) else None
+        return self._flip(stream, args[i]) if i is not None and i < len(args) else None
 
     def as_kwargs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         """Every argument of a call by name."""
@@ -324,6 +382,7 @@ class BlockIO:
         """``(args, kwargs)`` with the named inputs (``hidden_states=...``) replaced where they were passed."""
         args, kwargs = list(args), dict(kwargs)
         for name, value in values.items():
+            value = self._flip(name, value)
             name = self.aliases.get(name, name)
             i = self.param_index.get(name)
             if name in kwargs:
@@ -336,7 +395,7 @@ class BlockIO:
         """``(hidden, encoder)`` of a block's output; learns the output form on first use."""
         if isinstance(out, torch.Tensor):
             self.returns_tensor = True
-            return out, None
+            return self._flip("hidden_states", out), None
         if not isinstance(out, (tuple, list)) or self.layout is None:
             raise ValueError(
                 f"block {self.block_name} returns {type(out).__name__} with an unknown layout; register it with "
@@ -345,7 +404,8 @@ class BlockIO:
         self.returns_tensor = False
         self.tuple_len = len(out)
         h_i, e_i = self.layout
-        return out[h_i], (out[e_i] if e_i is not None else None)
+        encoder = out[e_i] if e_i is not None else None
+        return self._flip("hidden_states", out[h_i]), self._flip("encoder_hidden_states", encoder)
 
     def pack(self, hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
         """Build an output in the block's own layout (on a draft step).
@@ -353,6 +413,7 @@ class BlockIO:
         Other tuple entries are side outputs that the model adds to a later list's stream between its
         blocks (Wan VACE's hints): that list's anchors already contain them, so a draft returns zeros.
         """
+        hidden, encoder = self._flip("hidden_states", hidden), self._flip("encoder_hidden_states", encoder)
         if self.returns_tensor:
             return hidden
         h_i, e_i = self.layout  # type: ignore[misc]

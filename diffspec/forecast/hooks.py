@@ -25,7 +25,14 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import HIDDEN_ARGS, INTERLEAVED_MODULES, SIDE_OUTPUT_LISTS, BlockIO, find_block_lists
+from .blocks import (
+    HIDDEN_ARGS,
+    INTERLEAVED_MODULES,
+    REFUSED_ARGS,
+    SIDE_OUTPUT_LISTS,
+    BlockIO,
+    find_block_lists,
+)
 from .budget import settle_cache
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
@@ -110,6 +117,7 @@ class ForecastHooks(ModuleForecasts):
         self._params = list(inspect.signature(self.calls.model.forward).parameters)
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
+        self._refused = REFUSED_ARGS.get(type(self.calls.model).__name__, {})
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
         self._unbatched = CLASS_UNBATCHED_ARGS.get(type(self.calls.model).__name__, frozenset())  # never sliced
         self._handles: list[Any] = []
@@ -192,6 +200,10 @@ class ForecastHooks(ModuleForecasts):
         return args[i] if i is not None and i < len(args) else None
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        for name, why in self._refused.items():
+            if self._arg(name, args, kwargs) is not None:
+                raise ValueError(f"{type(self.calls.model).__name__}: {name} is not supported with block "
+                                 f"forecasting: {why}")
         self.calls.borrow()
         t = self.tracker.read(self._arg(self._timestep_name, args, kwargs))
         if self.tracker.observe(t):
@@ -398,7 +410,8 @@ class ForecastHooks(ModuleForecasts):
             return io.pack(h_hat, e_hat)
         batch, rows = len(self._check_rows), [r for r, c in enumerate(self._check_rows) if c]
         checked = torch.tensor(rows)
-        if len(rows) < batch:  # run the verifier on the checked rows only
+        subset = len(rows) < batch
+        if subset and not io.seq_first:  # run the verifier on the checked rows only
             names = sorted(io.param_index, key=io.param_index.__getitem__)
             args, kwargs = take_call_rows(args, kwargs, names, checked, batch, unbatched=self._unbatched)
         self.modules_real = True
@@ -407,6 +420,9 @@ class ForecastHooks(ModuleForecasts):
         finally:
             self.modules_real = False
         index = checked.to(h_hat.device, non_blocking=True)
+        if subset and io.seq_first:  # run on every row: keep the checked ones
+            y_h = y_h.index_select(0, index)
+            y_e = y_e.index_select(0, index) if y_e is not None else None
         errors = verify_error(h_hat.index_select(0, index), y_h, self.config.metric,  # type: ignore[union-attr]
                               hidden.index_select(0, index))
         self._errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)

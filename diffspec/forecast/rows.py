@@ -36,6 +36,11 @@ rows, then the zero timestep's. When their first dim is ``m * batch`` (``m > 1``
 BATCH_DIM1_ARGS = frozenset({"encoder_hidden_states_llama3"})
 """Tensors with the batch at dim 1: HiDream's stack of Llama-3 hidden layers, ``(layers, B, L, D)``. Sliced
 along dim 1 when it is the batch."""
+TRAILING_SHARED_ARGS = frozenset({"modulation"})
+"""Tensors of ``batch + 1`` rows whose last row is shared by every batch row: Qwen-Image 2.1 (``causal_condition``)
+passes its blocks one modulation row per sample, then the ``t = 0`` row of the text and condition tokens. When their
+first dim is ``batch + 1``, the rows are sliced and the last row kept."""
+
 
 BATCH_COUPLED_TRANSFORMERS = frozenset({"BriaFibo2Transformer2DModel"})
 """Transformers whose token layout depends on the whole batch: Bria FIBO 2.0 gives every row the batch's largest
@@ -73,6 +78,9 @@ def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = No
         if name in BATCH_DIM1_ARGS:
             batched = value.dim() >= 2 and value.shape[1] == batch
             return value.index_select(1, index.to(value.device, non_blocking=True)) if batched else value
+        if name in TRAILING_SHARED_ARGS and value.dim() >= 1 and value.shape[0] == batch + 1:
+            index = index.to(value.device, non_blocking=True)
+            return value.index_select(0, torch.cat([index, index.new_tensor([batch])]))
         batched = value.dim() >= (3 if name in UNBATCHED_ARGS else 1) and value.shape[0] == batch
         return value.index_select(0, index.to(value.device, non_blocking=True)) if batched else value
     if name in PER_ROW_LIST_ARGS and isinstance(value, (list, tuple)) and len(value) == batch:

@@ -336,3 +336,51 @@ def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
         ForecastHooks(model, ForecastConfig(), SpecStats())
     with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
         find_block_lists(model, ("layers",) if cls.startswith("Cosmos3") else ("blocks",))
+
+def test_nested_block_lists_by_dotted_name_flux3_image_to_image():
+    """FLUX.3 keeps its image mode lists in a ModuleDict (``mode_blocks.image``): they are found by dotted name, in
+    execution order, and the reference-image list (image-to-image only) is forecast too."""
+    name = "tiny-flux3"
+    model = build_transformer(name)
+    assert [n for n, _ in find_block_lists(model)] == ["txt_mode_blocks", "mode_blocks.image",
+                                                       "mode_blocks.image_cond", "single_transformer_blocks"]
+    x0, _ = make_call(name, batch=2)
+    g = torch.Generator().manual_seed(1)
+    text, cond = torch.randn(2, 6, 24, generator=g), torch.randn(2, 4, 16, generator=g)  # a 2x2-token reference
+
+    def ids(h: int, w: int, layer: int) -> torch.Tensor:  # (t, h, w, l) position ids
+        return torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(layer, layer + 1)).float()
+
+    txt_ids = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(6)).float()
+
+    def i2i(model, x, t):
+        return model(hidden_states=x, timestep=t.expand(x.shape[0]), encoder_hidden_states=text, img_ids=ids(4, 4, 0),
+                     txt_ids=txt_ids, image_cond_hidden_states=cond, image_cond_ids=ids(2, 2, -1), return_dict=False)[0]
+
+    ts = timesteps_for(name, 12)
+    baseline = _loop(model, x0, i2i, ts)
+    hooks = ForecastHooks(model, ForecastConfig(interval=3, warmup=2), SpecStats(), num_steps_fn=lambda: 12)
+    hooks.attach()
+    runs = {"n": 0}
+    model.mode_blocks["image_cond"][0].attn.register_forward_pre_hook(lambda *_: runs.__setitem__("n", runs["n"] + 1))
+    out = _loop(model, x0, i2i, ts)
+    assert hooks.stats.forecast_steps > 0 and runs["n"] == hooks.stats.full_steps  # the reference list is skipped too
+    rel = (out - baseline).norm() / baseline.norm()
+    assert torch.isfinite(out).all() and 0 < rel < 0.2, rel
+    hooks.detach()
+
+
+
+def test_qwenimage21_prefix_kv_cache_is_refused_with_the_reason():
+    """Qwen-Image 2.1's prefix KV cache (its pipeline's default) shrinks the blocks' stream after step 0 and holds
+    every row's prefix: the hooks refuse it and say how to call the pipeline instead."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
+
+    model = build_transformer("tiny-qwenimage21")
+    ForecastHooks(model, ForecastConfig(), SpecStats()).attach()
+    img_mask = torch.tensor([[False] * 6 + [True] * 4])  # 6 text tokens, 4 slots of 2x2 target tokens
+    kwargs = dict(hidden_states=torch.randn(1, 16, 4), encoder_hidden_states=torch.randn(1, 6, 24),
+                  timestep=torch.tensor([1.0]), img_shapes=[[(1, 4, 4)]], img_mask=img_mask, return_dict=False)
+    assert model(**kwargs)[0].shape == (1, 22, 4)  # without the cache: forecast as usual
+    with pytest.raises(ValueError, match="QwenImage21Transformer2DModel: kv_cache .* use_kv_cache=False"):
+        model(**kwargs, kv_cache=QwenImage21KVCache(3), kv_cache_mode="extract")

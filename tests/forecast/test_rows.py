@@ -36,6 +36,14 @@ def test_batch_at_dim_one_is_sliced_there():
     assert take_rows(other, index, batch, "encoder_hidden_states_llama3") is other
 
 
+def test_trailing_shared_modulation_row_is_kept():
+    batch, index = 3, torch.tensor([0, 2])
+    modulation = torch.arange(batch + 1)[:, None].float()  # one row per sample, then the shared t = 0 row
+    assert take_rows(modulation, index, batch, "modulation").flatten().tolist() == [0, 2, 3]
+    assert take_rows(modulation[:batch], index, batch, "modulation").flatten().tolist() == [0, 2]  # plain rows
+    assert take_rows(modulation, index, batch, "other") is modulation  # unlisted: left whole
+
+
 def test_take_call_rows_names_positional_arguments_and_merge_restores_the_rows():
     batch, index = 2, torch.tensor([1])
     hidden, temb = torch.randn(batch, 5, 3), torch.randn(2 * batch, 3)
