@@ -96,6 +96,24 @@ INTERLEAVED_MODULES: dict[str, tuple[str, ...]] = {
     "WanAnimateTransformer3DModel": ("face_adapter",),
 }
 
+# Transformer call arguments holding residuals that the model's forward adds to a list's stream between its blocks
+# (ControlNet samples: after each block, or each block of a group, as diffusers 0.42 adds them), by class: the names
+# clash (HunyuanDiT's ``controlnet_block_samples`` feed its blocks' long skips, Cosmos's ``block_controlnet_hidden_states``
+# is added inside its blocks; a block input needs nothing). A list's forecast residual already carries what they add
+# after its blocks but the last, so on a block-granularity draft with any of them passed the list's last block takes
+# the stream its first block drafted, not what the model added to it since; what is added after the last block stays.
+# Unlike INTERLEAVED_MODULES, nothing here can be kept from running: the model adds plain tensors.
+BETWEEN_BLOCK_ARGS: dict[str, tuple[str, ...]] = {
+    "FluxTransformer2DModel": ("controlnet_block_samples", "controlnet_single_block_samples"),
+    "ChromaTransformer2DModel": ("controlnet_block_samples", "controlnet_single_block_samples"),  # single: in place
+    "BriaTransformer2DModel": ("controlnet_block_samples", "controlnet_single_block_samples"),  # single: in place
+    "SD3Transformer2DModel": ("block_controlnet_hidden_states",),
+    "QwenImageTransformer2DModel": ("controlnet_block_samples",),
+    "SanaTransformer2DModel": ("controlnet_block_samples",),
+    "SanaVideoTransformer3DModel": ("controlnet_block_samples",),
+    "ZImageTransformer2DModel": ("controlnet_block_samples",),  # {layer index: residual} for its main layers
+}
+
 # Block lists whose last blocks run as a list of their own, on a fresh stream: class -> (list, the model attribute
 # holding the number of those trailing blocks). Motif-Video's DDT decoder (its last ``num_decoder_layers`` single blocks)
 # starts again from the patch embeddings, with the encoder blocks' output as its second stream: the two parts are
@@ -178,8 +196,7 @@ SUPPORTED_TRANSFORMERS = (
     # after it: a draft's list residual covers the kept tokens, the verified last block reads its own layer
     "HiDreamImageTransformer2DModel",
     "AuraFlowTransformer2DModel",  # joint then single blocks (DEFAULT_BLOCK_LISTS: it declares no _repeated_blocks)
-    # likewise; caveat: ControlNet residuals (controlnet_*block_samples), added between blocks, are added again
-    # on a draft on top of a forecast residual that already holds them (untested; plain text-to-image is fine)
+    # likewise; its ControlNet residuals added between blocks are not added twice on a draft (BETWEEN_BLOCK_ARGS)
     "BriaTransformer2DModel",
     # each block's text stream gets a fresh text-encoder layer in its second half of channels, between blocks: a
     # draft's list residual covers the kept half, the verified last block reads its own layer

@@ -4,7 +4,9 @@ Each block's ``forward`` is replaced on the instance (removed again by :meth:`de
 restores the original behaviour bit for bit). On a full step every block runs and the residual
 ``out - in`` of each block list (per stream: image tokens, and text tokens where a list outputs
 them) is stored as an anchor. On a forecast step no block runs: the first block of each list
-returns ``in + forecast(residual)`` and the other blocks pass their inputs through.
+returns ``in + forecast(residual)`` and the other blocks pass their inputs through (where the model adds
+ControlNet residuals between the blocks, the last block takes the first one's output back:
+:data:`~.blocks.BETWEEN_BLOCK_ARGS`).
 
 Steps and CFG branches are detected from the ``timestep`` argument of the transformer, so no
 ``cache_context`` is needed: a new value is a new step, a repeated value within a step is the
@@ -26,6 +28,7 @@ from torch import nn
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
 from .blocks import (
+    BETWEEN_BLOCK_ARGS,
     HIDDEN_ARGS,
     INTERLEAVED_MODULES,
     REFUSED_ARGS,
@@ -54,6 +57,7 @@ class _ListState:
     encoder_out_none: bool = False  # the list's last block returns no text stream (SD3's last block)
     drafts: dict[str, torch.Tensor] = field(default_factory=dict)  # this draft call's forecasts (fp32), by key
     pending: tuple | None = None  # the last block's (hidden, encoder, split, single), recorded after the call
+    drafted: tuple | None = None  # the first block's drafted (hidden, encoder), while BETWEEN_BLOCK_ARGS are passed
 
 
 @dataclass
@@ -118,6 +122,7 @@ class ForecastHooks(ModuleForecasts):
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
         self._refused = REFUSED_ARGS.get(type(self.calls.model).__name__, {})
+        self._between_args = BETWEEN_BLOCK_ARGS.get(type(self.calls.model).__name__, ())
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
         self._unbatched = CLASS_UNBATCHED_ARGS.get(type(self.calls.model).__name__, frozenset())  # never sliced
         self._handles: list[Any] = []
@@ -136,6 +141,7 @@ class ForecastHooks(ModuleForecasts):
         self._record_rows: list[int] | None = None
         self._errors: torch.Tensor | None = None
         self._between_blocks = False  # the last block run was not its list's last (INTERLEAVED_MODULES)
+        self._between_residuals = False  # the call passes residuals added between blocks (BETWEEN_BLOCK_ARGS)
 
     @property
     def full(self) -> bool:
@@ -238,13 +244,14 @@ class ForecastHooks(ModuleForecasts):
         self._check_rows = [not f and sched.checked(s) for f, s in zip(self._full_rows, branch.since_full)]
         self._errors = None
         self._between_blocks = False
+        self._between_residuals = any(self._arg(n, args, kwargs) is not None for n in self._between_args)
         if all(self._full_rows):
             self.mode, self._record_rows = "full", None
         else:
             self.mode, self._run_verifier = "draft", any(self._check_rows)
         for state in branch.lists:  # forecasts made here, outside any compiled region
             state.drafts = {k: f.forecast(self._x) for k, f in state.forecasters.items()} if self.mode == "draft" else {}
-            state.pending = None
+            state.pending = state.drafted = None
 
     def _post_forward(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         branch = self._branch
@@ -353,7 +360,10 @@ class ForecastHooks(ModuleForecasts):
                                          **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
                 out = original(*args, **kwargs)
                 if last and hooks.granularity != "module" and not side_only:
-                    state.pending = (*io.split_output(out), split, first)
+                    outs = io.split_output(out)
+                    if hooks._between_residuals:  # Chroma and Bria add the residual after it in place
+                        outs = tuple(o.clone() if o is not None else None for o in outs)
+                    state.pending = (*outs, split, first)
                 elif io.returns_tensor is None:
                     io.split_output(out)  # learn the layout for draft steps
                 return out
@@ -367,6 +377,10 @@ class ForecastHooks(ModuleForecasts):
             if first:
                 hidden = hooks._apply(state, f"{head}:hidden", hidden)
                 encoder = hooks._apply(state, f"{head}:encoder", encoder)
+                if hooks._between_residuals and not last:  # a copy: the model may add to the stream in place
+                    state.drafted = tuple(x.clone() if isinstance(x, torch.Tensor) else None for x in (hidden, encoder))
+            elif last and state.drafted is not None:
+                hidden, encoder = hooks._drafted_stream(state, hidden, encoder)
             if not last:
                 return io.pack(hidden, encoder)
             if not split:
@@ -389,6 +403,21 @@ class ForecastHooks(ModuleForecasts):
             return original(*args, **kwargs)
 
         return forward
+
+    @staticmethod
+    def _drafted_stream(state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The streams for a list's last block on a draft where the model adds residuals between blocks
+        (:data:`~.blocks.BETWEEN_BLOCK_ARGS`): those its first block drafted, since the list's forecast residual
+        already holds what was added after its other blocks. A stream whose shape changed since is kept."""
+        drafted, state.drafted = state.drafted, None
+
+        def pick(x0: torch.Tensor | None, x: torch.Tensor | None) -> torch.Tensor | None:
+            if isinstance(x0, torch.Tensor) and isinstance(x, torch.Tensor) and x0.shape == x.shape:
+                return x0.to(x.dtype)
+            return x
+
+        return pick(drafted[0], hidden), pick(drafted[1], encoder)  # type: ignore[index]
 
     def _verified_tail(self, state: _ListState, io: BlockIO, original: Callable[..., Any], args: tuple, kwargs: dict,
                        hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
