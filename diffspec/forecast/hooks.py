@@ -140,6 +140,7 @@ class ForecastHooks(ModuleForecasts):
         self._run_verifier = False
         self._record_rows: list[int] | None = None
         self._errors: torch.Tensor | None = None
+        self._call_lists: tuple[dict[int, list], dict[str, list]] = ({}, {})  # a draft call's list arguments, as passed
         self._between_blocks = False  # the last block run was not its list's last (INTERLEAVED_MODULES)
         self._between_residuals = False  # the call passes residuals added between blocks (BETWEEN_BLOCK_ARGS)
 
@@ -249,6 +250,9 @@ class ForecastHooks(ModuleForecasts):
             self.mode, self._record_rows = "full", None
         else:
             self.mode, self._run_verifier = "draft", any(self._check_rows)
+            # lists as passed: a model may consume one (HunyuanDiT pops its ControlNet samples); a recompute gets them whole
+            self._call_lists = ({i: list(a) for i, a in enumerate(args) if isinstance(a, list)},
+                                {k: list(v) for k, v in kwargs.items() if isinstance(v, list)})
         for state in branch.lists:  # forecasts made here, outside any compiled region
             state.drafts = {k: f.forecast(self._x) for k, f in state.forecasters.items()} if self.mode == "draft" else {}
             state.pending = state.drafted = None
@@ -278,6 +282,9 @@ class ForecastHooks(ModuleForecasts):
     def _recompute(self, module: nn.Module, args: tuple, kwargs: dict, recompute: list[bool], drafted: Any) -> Any:
         """Run the transformer in full on the rows to recompute and merge them into the drafted output."""
         self.mode = "full"
+        listed, listed_kw = self._call_lists
+        args = tuple(list(listed[i]) if i in listed else a for i, a in enumerate(args))
+        kwargs = {k: list(listed_kw[k]) if k in listed_kw else v for k, v in kwargs.items()}
         if all(recompute):
             self._record_rows = None
             return self.calls.forward(module)(*args, **kwargs)

@@ -214,3 +214,23 @@ def test_through_a_tiny_flux_controlnet(monkeypatch):
     print(f"FluxControlNetModel: taylor {fixed:.4f} (without the fix {twice:.4f})")
     assert fixed < 0.5 * twice
     assert torch.equal(_loop(model, x0, controlled, ts), baseline)
+
+
+def test_a_list_the_model_consumes_is_whole_again_for_a_recompute():
+    """HunyuanDiT pops its ControlNet samples (added to its long skips) from the list it is given: a draft consumes
+    the list, and the rows recomputed after it must get the list as the pipeline passed it."""
+    name = "tiny-hunyuandit"
+    model = build_transformer(name)
+    x0, call = make_call(name, batch=2)
+    ts = timesteps_for(name, 12)
+    shape = x0.shape[0], (x0.shape[-1] // 2) ** 2, 32  # (B, patches, hidden): the stream of its long skip
+    sample = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+
+    def control_call(model, x, t):  # a fresh list each step, as HunyuanDiTControlNetPipeline passes it
+        return call(functools.partial(model, controlnet_block_samples=[sample * (1 + float(t) / 1000)]), x, t)
+
+    baseline = _loop(model, x0, control_call, ts)
+    assert _rel(baseline, _loop(model, x0, call, ts)) > 0.01  # the samples matter
+    reject = SpecaConfig(tau0=0.0, beta=1.0, tau_min=0.0, k_min=0)  # every draft checked, rejected, recomputed
+    out, stats = _run(model, x0, control_call, ts, reject)
+    assert stats.extra["rejections"] > 0 and torch.equal(out, baseline)
