@@ -11,7 +11,9 @@ same tensor core (:class:`~diffspec.forecast.taylor.TaylorForecaster`,
 :class:`~diffspec.forecast.gate.Schedule`, :func:`~diffspec.forecast.gate.verify_error`) and the same
 semantics: per batch row, a full step records the residual ``out - in`` of each block list and
 stream; a draft step runs no block: the first block of a list returns ``in + forecast``, the others
-pass their inputs through. With ``speca`` the last list is split into its body and its last block,
+pass their inputs through, and the last takes the stream its first block drafted, so what the model adds
+between blocks (ControlNet residuals: Flux's ``img += control``) is not added again on top of the forecast,
+which carries it. With ``speca`` the last list is split into its body and its last block,
 which runs on the drafted input (the verifier); its true output is committed for the checked rows,
 and rows whose draft fails are recomputed in full before anything is committed (``policy="strict"``).
 
@@ -55,6 +57,7 @@ class _ListState:
     tail_inputs: dict[str, Any] = field(default_factory=dict)  # the verified last block's arguments
     out_keys: tuple[str, ...] = ()  # the streams the list's blocks return
     none_keys: frozenset[str] = frozenset()  # streams the last block returns as None (SD3's last block)
+    drafted: dict[str, Any] | None = None  # a draft's streams as its first block returned them (copies)
 
 
 @dataclass
@@ -99,6 +102,10 @@ class ComfyForecast:
         >>> fc.stats.method
         'taylor'
     """
+
+    discard_between_blocks = True
+    """A draft's last block of a list takes the stream its first block drafted: what the model adds between the
+    blocks of a list (ControlNet residuals) is in the list's forecast residual already (False: added again)."""
 
     def __init__(self, config: ForecastConfig | SpecaConfig, block_lists: list[tuple[str, int]]) -> None:
         if not isinstance(config, (ForecastConfig, SpecaConfig)):
@@ -313,8 +320,12 @@ class ComfyForecast:
         if first:
             head = "body" if split else "list"
             streams = {k: self._apply(call, state, f"{head}:{k}", v) for k, v in streams.items()}
+            state.drafted = _snapshot(streams, ()) if self.discard_between_blocks and not last else None
         if not last:
             return streams
+        if state.drafted is not None:  # what the model added inside the list is in the forecast already
+            held, state.drafted = state.drafted, None
+            streams = {k: held[k] if _same_shape(held.get(k), v) else v for k, v in streams.items()}
         if not split:
             return {k: None if k in state.none_keys else v for k, v in streams.items()}
         return self._verified_tail(call, state, patch, args, extra, streams)
@@ -364,6 +375,10 @@ class ComfyForecast:
         if not isinstance(x, torch.Tensor) or f is None:
             return x
         return (x.float() + f.forecast(call.x)).to(x.dtype)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
 
 
 def _snapshot(args: dict, keys: tuple[str, ...]) -> dict[str, Any]:

@@ -154,6 +154,7 @@ class ToyFlux(nn.Module):
         self.double_blocks = nn.ModuleList(ToyDouble(d) for _ in range(depth))
         self.single_blocks = nn.ModuleList(ToySingle(d) for _ in range(depth_single))
         self.final = nn.Linear(d, channels)
+        self.control = None  # timestep -> {"input": [...], "output": [...]}: ControlNet residuals, as Flux adds them
 
     def embed(self, x: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor):
         img = self.img_in(x.flatten(2).transpose(1, 2))
@@ -164,6 +165,7 @@ class ToyFlux(nn.Module):
 
     def forward(self, x, timestep, context, transformer_options={}):  # noqa: B006 (ComfyUI's signature)
         img, txt, vec = self.embed(x, timestep, context)
+        control = self.control(timestep) if self.control is not None else {"input": [], "output": []}
         replace = transformer_options.get("patches_replace", {}).get("dit", {})
         for i, block in enumerate(self.double_blocks):
             if ("double_block", i) in replace:
@@ -178,6 +180,8 @@ class ToyFlux(nn.Module):
                 txt, img = out["txt"], out["img"]
             else:
                 img, txt = block(img=img, txt=txt, vec=vec, inplace=True)
+            if i < len(control["input"]):
+                img += control["input"][i]  # in place, as ComfyUI's Flux adds its ControlNet's residuals
         joint = torch.cat((txt, img), 1)
         for i, block in enumerate(self.single_blocks):
             if ("single_block", i) in replace:
@@ -188,6 +192,8 @@ class ToyFlux(nn.Module):
                                                      {"original_block": single_wrap})["img"]
             else:
                 joint = block(joint, vec=vec, inplace=True)
+            if i < len(control["output"]):
+                joint[:, txt.shape[1]:] += control["output"][i]
         return self.unembed(joint[:, txt.shape[1]:], x.shape)
 
 

@@ -179,3 +179,30 @@ def test_direct_calls_without_outer_sample_start_a_generation_on_rising_sigma():
     first = run()
     assert forecast.stats.full_steps == 3 and forecast.stats.forecast_steps == 3  # warmup; no last step known
     assert torch.equal(run(), first)
+
+
+def test_controlnet_residuals_added_between_blocks_are_not_added_twice_on_drafts(monkeypatch):
+    """ComfyUI's Flux adds its ControlNet's residuals to the stream after each block, in place (``img += add``). A
+    full step's list residual holds those added inside the list; a draft's last block takes the stream its first
+    block drafted, so they are not added again on top of the forecast (the one after the last block still is)."""
+    patcher = toy_patcher()
+    g = torch.Generator().manual_seed(5)
+    a, b = (0.3 * torch.randn(4, 1, 16, 32, generator=g) for _ in range(2))
+
+    def control(timestep):  # smooth in the timestep, as a real ControlNet's residuals
+        r = a + float(timestep.flatten()[0]) * b
+        return {"input": [r[0], r[1]], "output": [r[2], r[3]]}
+
+    x0, sigmas, contexts = make_inputs(steps=STEPS)
+    plain = sample(patcher, x0, sigmas, contexts)
+    patcher.model.diffusion_model.control = control
+    base = sample(patcher, x0, sigmas, contexts)
+    assert ((base - plain).norm() / plain.norm()).item() > 0.05  # the residuals matter
+    assert torch.equal(sample(apply_forecast(patcher, ForecastConfig(interval=1)), x0, sigmas, contexts), base)
+    accept = SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0, order=2)
+    errors = {}
+    for discard in (True, False):
+        monkeypatch.setattr(ComfyForecast, "discard_between_blocks", discard)
+        errors[discard] = [((sample(apply_forecast(patcher, cfg), x0, sigmas, contexts) - base).norm()
+                            / base.norm()).item() for cfg in (ForecastConfig(), accept)]
+    assert all(fixed < 0.5 * twice for fixed, twice in zip(errors[True], errors[False])), errors
