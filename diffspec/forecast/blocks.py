@@ -228,6 +228,9 @@ SUPPORTED_TRANSFORMERS = (
     # sequence-first blocks (SEQUENCE_FIRST_BLOCKS): the speca verifier runs its block on every row, not the checked
     # subset only
     "ErnieImageTransformer2DModel",
+    # 1-D audio latents (B, C, T); the prepended global token (seconds + timestep embeddings) is forecast with the
+    # stream; its rotary (cos, sin) tables have no batch dimension (rows.py)
+    "StableAudioDiTModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
