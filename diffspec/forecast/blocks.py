@@ -231,6 +231,8 @@ SUPPORTED_TRANSFORMERS = (
     # 1-D audio latents (B, C, T); the prepended global token (seconds + timestep embeddings) is forecast with the
     # stream; its rotary (cos, sin) tables have no batch dimension (rows.py)
     "StableAudioDiTModel",
+    # 1-D audio latents; its learnt memory tokens (prepended inside the model) are forecast with the stream
+    "StableAudio3DiTModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
