@@ -233,6 +233,9 @@ SUPPORTED_TRANSFORMERS = (
     "StableAudioDiTModel",
     # 1-D audio latents; its learnt memory tokens (prepended inside the model) are forecast with the stream
     "StableAudio3DiTModel",
+    # timestep 1 - t / 1000 (steps.py INCREASING_TIMESTEPS); tested at the default size, where its time-aware rotary
+    # table (linear / NTK scaling around scaling_watershed) is the same at every step
+    "LuminaNextDiT2DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
