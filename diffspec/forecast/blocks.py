@@ -236,6 +236,8 @@ SUPPORTED_TRANSFORMERS = (
     # timestep 1 - t / 1000 (steps.py INCREASING_TIMESTEPS); tested at the default size, where its time-aware rotary
     # table (linear / NTK scaling around scaling_watershed) is the same at every step
     "LuminaNextDiT2DModel",
+    # channels-last 1-D latents patched along time; sliding-window / full layers in one list (their mask is fixed)
+    "AceStepTransformer1DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
