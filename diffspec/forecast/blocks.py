@@ -238,6 +238,8 @@ SUPPORTED_TRANSFORMERS = (
     "LuminaNextDiT2DModel",
     # channels-last 1-D latents patched along time; sliding-window / full layers in one list (their mask is fixed)
     "AceStepTransformer1DModel",
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its long skip adds the input embedding after the blocks
+    "LongCatAudioDiTTransformer",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
