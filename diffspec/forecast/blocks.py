@@ -240,6 +240,9 @@ SUPPORTED_TRANSFORMERS = (
     "AceStepTransformer1DModel",
     # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its long skip adds the input embedding after the blocks
     "LongCatAudioDiTTransformer",
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS), prepended as a token of the stream; tested as one window of
+    # its modular pipeline's chunked loop (each window restarts the schedule: a new generation for the hooks)
+    "MiniMaxMusic3Transformer1DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
