@@ -265,6 +265,13 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
         "a transformer whose blocks read a per-layer reference K/V cache that a separate kv_cache_mode='extract' "
         "call fills at the segment's first timestep: that call would be taken for a CFG branch of the first step, "
         "and a draft of it would leave the cache stale"),
+    # the FAR causal sibling of AnyFlowTransformer3DModel (which is supported): AnyFlowFARPipeline denoises each chunk of
+    # frames as a short generation of its own, then prefills the KV cache with a timestep-0 call on every frame so far
+    "AnyFlowFARTransformer3DModel": (
+        "a transformer whose blocks read a per-layer KV cache of the earlier frame chunks (frame-autoregressive "
+        "generation), which a separate timestep-0 call (kv_cache_flag is_cache_step) writes in place between chunks: "
+        "that call would be taken for a step of the finished chunk and could be drafted, leaving the cache unwritten, "
+        "and the cache (batch at dim 1, written in place) cannot be sliced to a sub-batch of rows"),
 }
 """Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 

@@ -327,6 +327,8 @@ def test_interleaved_modules_add_nothing_on_drafts():
                                     patch_latent_dim=16, rope_axes_dim=(4, 2, 2))),
     ("WanAnimate2Transformer3DModel", dict(in_dim=12, dim=32, ffn_dim=64, freq_dim=32, text_dim=24, out_dim=4,
                                            num_heads=2, num_layers=2, text_len=8)),
+    ("AnyFlowFARTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+                                          text_dim=24, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)),
 ])
 def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
     import diffusers
