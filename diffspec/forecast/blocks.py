@@ -243,6 +243,9 @@ SUPPORTED_TRANSFORMERS = (
     # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS), prepended as a token of the stream; tested as one window of
     # its modular pipeline's chunked loop (each window restarts the schedule: a new generation for the hooks)
     "MiniMaxMusic3Transformer1DModel",
+    # text-free video super-resolution tiles; NABLA block masks are built per row inside the attention, its
+    # sliding-tile prior (sparse_params' sta_mask) has no batch dimension (rows.py)
+    "Kandinsky6SRTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
