@@ -275,6 +275,12 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
         "generation), which a separate timestep-0 call (kv_cache_flag is_cache_step) writes in place between chunks: "
         "that call would be taken for a step of the finished chunk and could be drafted, leaving the cache unwritten, "
         "and the cache (batch at dim 1, written in place) cannot be sliced to a sub-batch of rows"),
+    # SANA-WM's stage-2 refiner (the LTX-2 layout, video stream only); SanaWMTransformer3DModel (stage 1) is supported
+    "SanaWMLTX2RefinerTransformer3DModel": (
+        "a transformer whose blocks attend to a sliding-window KV cache of the earlier autoregressive frame blocks "
+        "(SanaWMRefinerKVCache, kv_cache_mode), which timestep-0 capture calls on the same tokens write after each "
+        "block's three Euler steps: such a call would be taken for a fourth step and could be drafted, leaving the "
+        "cache without the block's keys and values, and the cache object cannot be sliced to a sub-batch of rows"),
 }
 """Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 
