@@ -245,6 +245,24 @@ SUPPORTED_TRANSFORMERS = (
     # sequence-first blocks (SEQUENCE_FIRST_BLOCKS): the speca verifier runs its block on every row, not the checked
     # subset only
     "ErnieImageTransformer2DModel",
+    # 1-D audio latents (B, C, T); the prepended global token (seconds + timestep embeddings) is forecast with the
+    # stream; its rotary (cos, sin) tables have no batch dimension (rows.py)
+    "StableAudioDiTModel",
+    # 1-D audio latents; its learnt memory tokens (prepended inside the model) are forecast with the stream
+    "StableAudio3DiTModel",
+    # timestep 1 - t / 1000 (steps.py INCREASING_TIMESTEPS); tested at the default size, where its time-aware rotary
+    # table (linear / NTK scaling around scaling_watershed) is the same at every step
+    "LuminaNextDiT2DModel",
+    # channels-last 1-D latents patched along time; sliding-window / full layers in one list (their mask is fixed)
+    "AceStepTransformer1DModel",
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its long skip adds the input embedding after the blocks
+    "LongCatAudioDiTTransformer",
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS), prepended as a token of the stream; tested as one window of
+    # its modular pipeline's chunked loop (each window restarts the schedule: a new generation for the hooks)
+    "MiniMaxMusic3Transformer1DModel",
+    # text-free video super-resolution tiles; NABLA block masks are built per row inside the attention, its
+    # sliding-tile prior (sparse_params' sta_mask) has no batch dimension (rows.py)
+    "Kandinsky6SRTransformer3DModel",
 )
 """Transformers tested with block forecasting (others with discoverable blocks usually work)."""
 
@@ -267,6 +285,19 @@ UNSUPPORTED_TRANSFORMERS: dict[str, str] = {
         "a transformer whose blocks read a per-layer reference K/V cache that a separate kv_cache_mode='extract' "
         "call fills at the segment's first timestep: that call would be taken for a CFG branch of the first step, "
         "and a draft of it would leave the cache stale"),
+    # the FAR causal sibling of AnyFlowTransformer3DModel (which is supported): AnyFlowFARPipeline denoises each chunk of
+    # frames as a short generation of its own, then prefills the KV cache with a timestep-0 call on every frame so far
+    "AnyFlowFARTransformer3DModel": (
+        "a transformer whose blocks read a per-layer KV cache of the earlier frame chunks (frame-autoregressive "
+        "generation), which a separate timestep-0 call (kv_cache_flag is_cache_step) writes in place between chunks: "
+        "that call would be taken for a step of the finished chunk and could be drafted, leaving the cache unwritten, "
+        "and the cache (batch at dim 1, written in place) cannot be sliced to a sub-batch of rows"),
+    # SANA-WM's stage-2 refiner (the LTX-2 layout, video stream only); SanaWMTransformer3DModel (stage 1) is supported
+    "SanaWMLTX2RefinerTransformer3DModel": (
+        "a transformer whose blocks attend to a sliding-window KV cache of the earlier autoregressive frame blocks "
+        "(SanaWMRefinerKVCache, kv_cache_mode), which timestep-0 capture calls on the same tokens write after each "
+        "block's three Euler steps: such a call would be taken for a fourth step and could be drafted, leaving the "
+        "cache without the block's keys and values, and the cache object cannot be sliced to a sub-batch of rows"),
 }
 """Models whose structure block forecasting cannot honour: :func:`find_block_lists` refuses them with the reason."""
 

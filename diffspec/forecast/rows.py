@@ -16,7 +16,9 @@ UNBATCHED_ARGS = frozenset({"img_ids", "txt_ids", "image_rotary_emb", "rotary_em
                             "control_hidden_states_scale",
                             # FramePack: 1-D frame indices of the latents and of each history
                             "indices_latents", "indices_latents_clean", "indices_latents_history_2x",
-                            "indices_latents_history_4x"})
+                            "indices_latents_history_4x",
+                            "rotary_embedding",  # Stable Audio: a (cos, sin) pair of (S, D) tables
+                            "sta_mask"})  # Kandinsky 6 SR: NABLA's (blocks, blocks) sliding-tile prior
 """Arguments usually without a batch dimension: only their tensors of 3+ dims whose first dim is
 the batch are sliced (LTX's rotary embedding is ``(B, S, D)``; Flux's is a 2-D table; a position
 range, or Wan VACE's ``control_hidden_states_scale`` (one entry per VACE layer), as long as the batch

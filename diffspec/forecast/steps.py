@@ -13,7 +13,10 @@ INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransforme
                                   "MochiTransformer3DModel",  # Mochi: 1000 * (1 - sigma) (invert_sigmas)
                                   "OmniGenTransformer2DModel",  # its scheduler inverts the sigmas
                                   "MiniMaxH3Transformer3DModel",  # MiniMax-H3: t = 1 - sigma in [0, 1]
-                                  "Ideogram4Transformer2DModel"})  # Ideogram 4: 1 - sigma as well
+                                  "Ideogram4Transformer2DModel",  # Ideogram 4: 1 - sigma as well
+                                  "LuminaNextDiT2DModel",  # Lumina-Next: 1 - t / 1000, as Lumina 2
+                                  "LongCatAudioDiTTransformer",  # LongCat-AudioDiT: 1 - sigma (invert_sigmas)
+                                  "MiniMaxMusic3Transformer1DModel"})  # MiniMax Music 3: 0 = noise, 1 = data
 """Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
 generation, so a decrease, not an increase, starts a new one."""
 

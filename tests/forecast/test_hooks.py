@@ -327,6 +327,13 @@ def test_interleaved_modules_add_nothing_on_drafts():
                                     patch_latent_dim=16, rope_axes_dim=(4, 2, 2))),
     ("WanAnimate2Transformer3DModel", dict(in_dim=12, dim=32, ffn_dim=64, freq_dim=32, text_dim=24, out_dim=4,
                                            num_heads=2, num_layers=2, text_len=8)),
+    ("AnyFlowFARTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+                                          text_dim=24, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)),
+    ("SanaWMLTX2RefinerTransformer3DModel", dict(in_channels=4, out_channels=4, num_attention_heads=2,
+                                                 attention_head_dim=16, cross_attention_dim=32, audio_in_channels=4,
+                                                 audio_out_channels=4, audio_num_attention_heads=2,
+                                                 audio_attention_head_dim=8, audio_cross_attention_dim=16,
+                                                 num_layers=2, caption_channels=24)),
 ])
 def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
     import diffusers
@@ -335,7 +342,8 @@ def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
     with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
         ForecastHooks(model, ForecastConfig(), SpecStats())
     with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
-        find_block_lists(model, ("layers",) if cls.startswith("Cosmos3") else ("blocks",))
+        find_block_lists(model, {"Cosmos3OmniTransformer": ("layers",),
+                                 "SanaWMLTX2RefinerTransformer3DModel": ("transformer_blocks",)}.get(cls, ("blocks",)))
 
 def test_nested_block_lists_by_dotted_name_flux3_image_to_image():
     """FLUX.3 keeps its image mode lists in a ModuleDict (``mode_blocks.image``): they are found by dotted name, in

@@ -62,3 +62,13 @@ def test_merge_takes_the_rows_of_a_whole_batch_part():
     merged = merge_rows(index, (full,), (whole,))[0]
     assert torch.equal(merged, torch.tensor([[0.0, 1.0], [0.0, 0.0], [4.0, 5.0]]))
     assert torch.equal(merge_rows(index, full[[2, 0]], whole), merged)  # the rows alone, in index order
+
+
+def test_position_tables_with_the_batchs_length_are_left_whole():
+    """Stable Audio's (cos, sin) rotary tables and Kandinsky 6 SR's sliding-tile prior (inside ``sparse_params``) have
+    no batch dimension, even when their first dim happens to equal the batch."""
+    batch, index = 2, torch.tensor([1])
+    rotary = (torch.randn(batch, 8), torch.randn(batch, 8))
+    assert all(a is b for a, b in zip(take_rows(rotary, index, batch, "rotary_embedding"), rotary))
+    params = {"sta_mask": torch.eye(batch, dtype=torch.bool), "threshold": 0.8}
+    assert take_rows(params, index, batch, "sparse_params")["sta_mask"] is params["sta_mask"]
