@@ -227,8 +227,8 @@ SUPPORTED_TRANSFORMERS = (
     # its face adapters between blocks add nothing on a draft (INTERLEAVED_MODULES); the motion and face encoders run
     # on every call, outside the blocks
     "WanAnimateTransformer3DModel",
-    # both block lists (DEFAULT_BLOCK_LISTS); caveat: with padded prompts and a batch above one, a one-row
-    # recomputation or verification fails (a one-row call trims the text stream to the prompt)
+    # both block lists (DEFAULT_BLOCK_LISTS); a one-row call trims the text stream to the prompt, so rows are
+    # recomputed within the whole batch (rows.py BATCH_COUPLED_TRANSFORMERS)
     "HunyuanVideoFramepackTransformer3DModel",
     # per-mode lists nested in a ModuleDict (DEFAULT_BLOCK_LISTS, dotted names); the text and reference-image mode
     # blocks run at timestep 0, so their forecast residuals stay constant

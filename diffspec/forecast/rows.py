@@ -44,10 +44,11 @@ passes its blocks one modulation row per sample, then the ``t = 0`` row of the t
 first dim is ``batch + 1``, the rows are sliced and the last row kept."""
 
 
-BATCH_COUPLED_TRANSFORMERS = frozenset({"BriaFibo2Transformer2DModel"})
+BATCH_COUPLED_TRANSFORMERS = frozenset({"BriaFibo2Transformer2DModel", "HunyuanVideoFramepackTransformer3DModel"})
 """Transformers whose token layout depends on the whole batch: Bria FIBO 2.0 gives every row the batch's largest
 gist-token count (from the longest prompt), so a sub-batch of shorter prompts would get fewer tokens than the
-anchors. Their rows to recompute are recomputed within the whole batch; only those rows are merged and recorded."""
+anchors; FramePack trims the text stream to the prompt when it is called on one row, so a one-row sub-batch of a
+padded batch would get fewer text tokens than the anchors. Their rows to recompute are recomputed within the whole batch; only those rows are merged and recorded."""
 
 
 CLASS_UNBATCHED_ARGS: dict[str, frozenset[str]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..model_spec import Call, Family, Rand, TransformerSpec
+from ..model_spec import Call, Family, Rand, TransformerSpec, text_mask
 
 HISTORY_SIZES = (1, 2, 16)  # inverted anti-drifting: 1x, 2x and 4x history latent frames
 LATENT_PADDING = 1  # latent_paddings = [1, 0] for two sections: the first one is padded by one window
@@ -19,11 +19,10 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     cfg, hw, window = spec.config, spec.latent_hw, spec.frames  # frames: latent_window_size
     c = cfg["in_channels"]
     latents = rand(batch, c, window, hw, hw)  # (B, C, F, H, W)
-    # Llama hidden states (template prefix cropped) and their mask; CLIP pooled. The prompt fills max_sequence_length:
-    # with padding, a one-row call trims the text stream to the prompt (the model does so when batch_size == 1), so a
-    # one-row recomputation or verification inside a larger batch would not match the batch's text stream
+    # Llama hidden states (template prefix cropped) padded to max_sequence_length, and their mask; CLIP pooled. With
+    # batch_size == 1 the model trims the text stream to the prompt (forecast rows: BATCH_COUPLED_TRANSFORMERS)
     text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])
-    mask = torch.ones(batch, spec.text_tokens, dtype=torch.long, device=device)
+    mask = text_mask(batch, spec.text_tokens, device)
     pooled = rand(batch, cfg["pooled_projection_dim"])
     image_embeds = rand(batch, IMAGE_TOKENS, cfg["image_proj_dim"])
     guidance = torch.full((batch,), GUIDANCE_SCALE * 1000.0, device=device, dtype=dtype)
