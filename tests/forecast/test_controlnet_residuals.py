@@ -146,21 +146,14 @@ def test_speca_boundaries_with_residuals(name):
     assert stats.extra["checks"] == stats.extra["rejections"] > 0 and stats.accepted == 0
 
 
-def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(monkeypatch):
+def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(scale_row_errors):
     """Row 1's checks always fail, row 0's pass: the verifier and the recomputes run on one row, with the ControlNet
     residual lists sliced to it. Row 0 gets what it gets when every row passes, row 1 the baseline's output."""
     name = "tiny-flux"
     model, x0, call, ts = _with_residuals(name)
     cfg = SpecaConfig(tau0=1e6, beta=1.0, tau_min=1e6, k_min=0, k_max=4)
-    decide = ForecastHooks._decide
-
     def run(row_error_scale=None):
-        def scaled_decide(self, branch, recompute):
-            if self._errors is not None and row_error_scale is not None:
-                self._errors = self._errors * torch.tensor(row_error_scale, device=self._errors.device)
-            return decide(self, branch, recompute)
-
-        monkeypatch.setattr(ForecastHooks, "_decide", scaled_decide)
+        scale_row_errors(row_error_scale)
         return _run(model, x0, call, ts, cfg)
 
     split, stats = run([1.0, 1e12])

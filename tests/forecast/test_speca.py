@@ -92,7 +92,7 @@ def test_rows_decide_independently_of_their_batch():
 
 
 @pytest.mark.parametrize("name", MODELS[4:])
-def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name, monkeypatch):
+def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name, monkeypatch, scale_row_errors):
     """Row 1's checks always fail, row 0's always pass: the verifier and the recomputations then run on row
     subsets (sliced arguments, per-row lists, stacked tensors). Row 0 must get the output it gets when every
     row passes, row 1 the plain run's output (it is recomputed in full at every step)."""
@@ -101,19 +101,14 @@ def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name, monkeypatch):
     x = torch.cat([x[:1], other[1:]])
     cfg = SpecaConfig(tau0=1e6, beta=1.0, tau_min=1e6, k_min=0, k_max=4)
     subsets = []
-    take_call_rows, decide = hooks_module.take_call_rows, ForecastHooks._decide
+    take_call_rows = hooks_module.take_call_rows
 
     def spy(*args, **kwargs):
         subsets.append(args[3].tolist())
         return take_call_rows(*args, **kwargs)
 
     def run(row_error_scale=None):
-        def scaled_decide(self, branch, recompute):
-            if self._errors is not None and row_error_scale is not None:
-                self._errors = self._errors * torch.tensor(row_error_scale, device=self._errors.device)
-            return decide(self, branch, recompute)
-
-        monkeypatch.setattr(ForecastHooks, "_decide", scaled_decide)
+        scale_row_errors(row_error_scale)
         monkeypatch.setattr(hooks_module, "take_call_rows", spy)
         out, stats = _run(name, cfg, x0=x, batch=2)
         return out, stats

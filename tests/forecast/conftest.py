@@ -1,0 +1,21 @@
+import pytest
+import torch
+
+from diffspec.forecast.hooks import ForecastHooks
+
+
+@pytest.fixture
+def scale_row_errors(monkeypatch):
+    """``scale_row_errors([1.0, 1e12])``: every later verifier decision sees each row's error times its factor (row 1's
+    checks then always fail); ``scale_row_errors(None)``: the errors as measured."""
+    decide = ForecastHooks._decide
+
+    def set_scale(scale):
+        def scaled_decide(self, branch, recompute):
+            if self._errors is not None and scale is not None:
+                self._errors = self._errors * torch.tensor(scale, device=self._errors.device)
+            return decide(self, branch, recompute)
+
+        monkeypatch.setattr(ForecastHooks, "_decide", scaled_decide)
+
+    return set_scale
