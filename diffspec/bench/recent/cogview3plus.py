@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from ..model_spec import Family, TransformerSpec
+from .cogview4 import _call as _cogview_call
 
-from ..model_spec import Call, Family, Rand, TransformerSpec
+# CogView3PlusPipeline passes what CogView4Pipeline passes (NCHW latents patchified by the model, padded text states
+# without a mask, original / target size in pixels and crop (0, 0)): T5 states instead of GLM's, and discrete 0..999
+# timesteps of its CogVideoXDDIMScheduler (v-prediction) instead of 1000 * sigma
 
-VAE_SCALE = 8  # the pipeline's micro-conditioning sizes are in pixels
-
-
-def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.device,
-          dtype: torch.dtype) -> tuple[torch.Tensor, Call]:
-    cfg, hw = spec.config, spec.latent_hw
-    latents = rand(batch, cfg["in_channels"], hw, hw)  # (B, C, H, W), patchified by the model
-    text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])  # T5 states padded to max_sequence_length, no mask
-    # SDXL-style micro-conditioning in the prompt dtype: original = target = (height, width) px, crop (0, 0)
-    size = torch.full((batch, 2), float(hw * VAE_SCALE), device=device, dtype=dtype)
-    crop = torch.zeros(batch, 2, device=device, dtype=dtype)
-
-    def call(model: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        # CogVideoXDDIMScheduler: discrete 0..999 timesteps, v-prediction
-        return model(hidden_states=x, encoder_hidden_states=text, timestep=t.expand(x.shape[0]), original_size=size,
-                     target_size=size, crop_coords=crop, return_dict=False)[0]
-
-    return latents, call
-
-
-FAMILIES = {"cogview3plus": Family(cls="CogView3PlusTransformer2DModel", make_call=_call, timesteps="ddpm")}
+FAMILIES = {"cogview3plus": Family(cls="CogView3PlusTransformer2DModel", make_call=_cogview_call, timesteps="ddpm")}
 
 SPECS = {
     # pos_embed_max_size bounds the latent grid (a sincos table of pos_embed_max_size**2 positions);
