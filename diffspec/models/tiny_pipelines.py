@@ -277,6 +277,26 @@ def build_tiny_lumina2(seed: int = 0) -> Any:
                            text_encoder=gemma, tokenizer=build_word_tokenizer(256))
 
 
+def build_tiny_auraflow(seed: int = 0) -> Any:
+    """``AuraFlowPipeline`` (text to image): 2 joint + 2 single-block ``AuraFlowTransformer2DModel`` (8
+    register tokens, a learned 8x8 table of patch positions), the Flux builder's 4-channel ``AutoencoderKL``
+    (2x spatial; the pipeline patchifies nothing, the model does, 2x2), one-layer UMT5 encoder (the
+    pipeline zeroes its states past the prompt and pads to 256 tokens), flow-matching Euler. Height and
+    width: multiples of 4 (the pipeline's rule, ``2 * vae_scale_factor``), at most 32 (the position table).
+    """
+    from diffusers import AuraFlowPipeline, AuraFlowTransformer2DModel, FlowMatchEulerDiscreteScheduler
+
+    torch.manual_seed(seed)
+    # pos_embed_max_size: 64 positions = an 8x8 grid of 2x2 patches = a 16x16 latent = 32x32 pixels
+    transformer = AuraFlowTransformer2DModel(sample_size=8, patch_size=2, in_channels=4, num_mmdit_layers=2,
+                                             num_single_dit_layers=2, attention_head_dim=16, num_attention_heads=2,
+                                             joint_attention_dim=24, caption_projection_dim=32, out_channels=4,
+                                             pos_embed_max_size=64).eval()
+    vae = _kl_vae()
+    return AuraFlowPipeline(tokenizer=build_word_tokenizer(256), text_encoder=_t5_encoder(24, umt5=True), vae=vae,
+                            transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler())
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -286,6 +306,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-skyreelsv2": build_tiny_skyreelsv2,
     "tiny-chroma": build_tiny_chroma,
     "tiny-lumina2": build_tiny_lumina2,
+    "tiny-auraflow": build_tiny_auraflow,
 }
 """Builders of the tiny pipelines by name."""
 
