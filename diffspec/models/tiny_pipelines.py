@@ -297,6 +297,31 @@ def build_tiny_auraflow(seed: int = 0) -> Any:
                             transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler())
 
 
+def build_tiny_cogview3plus(seed: int = 0) -> Any:
+    """``CogView3PlusPipeline`` (text to image): 2-block ``CogView3PlusTransformer2DModel`` (SDXL-like size
+    and crop micro-conditioning, a sincos table of 8x8 patch positions), 4-channel ``AutoencoderKL`` with
+    four blocks (8x spatial, the checkpoints' scale), one-layer T5 encoder (the pipeline pads to 224 tokens
+    and uses zeros as the negative prompt when none is given), ``CogVideoXDDIMScheduler`` (v-prediction,
+    zero terminal SNR, the checkpoints' settings). Height and width: multiples of 16 (the pipeline asks for
+    multiples of 8; the model patchifies the 8x latent 2x2), at most 128 (the position table).
+    """
+    from diffusers import CogVideoXDDIMScheduler, CogView3PlusPipeline, CogView3PlusTransformer2DModel
+
+    torch.manual_seed(seed)
+    # pos_embed_max_size: the side of the patch grid, 8 patches = a 16-wide latent = 128 pixels
+    transformer = CogView3PlusTransformer2DModel(patch_size=2, in_channels=4, num_layers=2, attention_head_dim=16,
+                                                 num_attention_heads=2, out_channels=4, text_embed_dim=24,
+                                                 time_embed_dim=32, condition_dim=8, pos_embed_max_size=8,
+                                                 sample_size=8).eval()
+    vae = _kl_vae(4)
+    scheduler = CogVideoXDDIMScheduler(timestep_spacing="trailing", prediction_type="v_prediction",
+                                       rescale_betas_zero_snr=True, beta_schedule="scaled_linear",
+                                       beta_start=0.00085, beta_end=0.012, clip_sample=False, set_alpha_to_one=True,
+                                       snr_shift_scale=4.0)
+    return CogView3PlusPipeline(tokenizer=build_word_tokenizer(224), text_encoder=_t5_encoder(24), vae=vae,
+                                transformer=transformer, scheduler=scheduler)
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -307,6 +332,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-chroma": build_tiny_chroma,
     "tiny-lumina2": build_tiny_lumina2,
     "tiny-auraflow": build_tiny_auraflow,
+    "tiny-cogview3plus": build_tiny_cogview3plus,
 }
 """Builders of the tiny pipelines by name."""
 
