@@ -322,6 +322,51 @@ def build_tiny_cogview3plus(seed: int = 0) -> Any:
                                 transformer=transformer, scheduler=scheduler)
 
 
+def build_tiny_hidream(seed: int = 0) -> Any:
+    """``HiDreamImagePipeline`` (text to image): 2 double + 2 single-stream ``HiDreamImageTransformer2DModel``
+    (mixture-of-experts feed-forwards, 4 experts, 2 active; every block reads one Llama hidden layer), the
+    Flux builder's 4-channel ``AutoencoderKL`` (2x spatial), four text encoders as the pipeline expects: two
+    one-layer ``CLIPTextModelWithProjection`` (their pooled projections concatenated), a one-layer T5 and a
+    3-layer ``LlamaForCausalLM`` (the stack of its hidden layers), each fed 128 tokens; flow-matching Euler.
+    Sizes: the pipeline rescales any height and width to the area of its default ``128 * vae_scale_factor``
+    square (256 x 256 here, as 1024 x 1024 at real scale), keeping the aspect ratio and rounding down to
+    multiples of 4, so only sizes of that area come out as asked (256 x 256, 128 x 512, ...). The model
+    patchifies the latent 4x4 (1024 tokens at 256 x 256); non-square latents are padded to its
+    ``max_resolution`` of 128 x 128 latent pixels, so they must fit in 1024 patches.
+    """
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        HiDreamImagePipeline,
+        HiDreamImageTransformer2DModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    # rope axes (8, 4, 4) sum to the head dim; llama_layers: the Llama hidden layer each of the 4 blocks reads;
+    # text_emb_dim: the two CLIP projections (8 each) concatenated; caption_channels: (T5 dim, Llama dim)
+    transformer = HiDreamImageTransformer2DModel(patch_size=4, in_channels=4, out_channels=4, num_layers=2,
+                                                 num_single_layers=2, attention_head_dim=16, num_attention_heads=2,
+                                                 caption_channels=[24, 20], text_emb_dim=16, num_routed_experts=4,
+                                                 num_activated_experts=2, axes_dims_rope=(8, 4, 4),
+                                                 max_resolution=(128, 128), llama_layers=[0, 1, 2, 2]).eval()
+    vae = _kl_vae()
+
+    def clip() -> Any:
+        return CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=16, intermediate_size=32,
+                                                          num_hidden_layers=1, num_attention_heads=2,
+                                                          max_position_embeddings=128, projection_dim=8,
+                                                          pad_token_id=0, bos_token_id=None, eos_token_id=1)).eval()
+
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=_vocab_size(), hidden_size=20, intermediate_size=32,
+                                         num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2,
+                                         max_position_embeddings=128, pad_token_id=0, eos_token_id=1)).eval()
+    return HiDreamImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, text_encoder=clip(),
+                                tokenizer=build_word_tokenizer(128), text_encoder_2=clip(),
+                                tokenizer_2=build_word_tokenizer(128), text_encoder_3=_t5_encoder(24),
+                                tokenizer_3=build_word_tokenizer(128), text_encoder_4=llama,
+                                tokenizer_4=build_word_tokenizer(128), transformer=transformer)
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -333,6 +378,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-lumina2": build_tiny_lumina2,
     "tiny-auraflow": build_tiny_auraflow,
     "tiny-cogview3plus": build_tiny_cogview3plus,
+    "tiny-hidream": build_tiny_hidream,
 }
 """Builders of the tiny pipelines by name."""
 

@@ -14,7 +14,8 @@ from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer,
 SHAPES = {"tiny-wan": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
           "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5)}
 IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),
-                "tiny-auraflow": (16, 24), "tiny-cogview3plus": (32, 48)}
+                "tiny-auraflow": (16, 24), "tiny-cogview3plus": (32, 48),
+                "tiny-hidream": (256, 256)}
 
 
 @pytest.fixture
