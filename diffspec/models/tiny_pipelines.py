@@ -277,6 +277,39 @@ def build_tiny_lumina2(seed: int = 0) -> Any:
                            text_encoder=gemma, tokenizer=build_word_tokenizer(256))
 
 
+def build_tiny_mochi(seed: int = 0) -> Any:
+    """``MochiPipeline``: 2-block ``MochiTransformer3DModel`` (rotary frequencies drawn at random: the
+    class initialises them to zero), ``AutoencoderKLMochi`` with 32-channel blocks (its group norms
+    have 32 groups) and 12 latent channels (the pipeline fixes its VAE scales at 8x spatial, 6x
+    temporal, and reshapes the latents' mean and std to 12 channels), one-layer T5 encoder,
+    flow-matching Euler with inverted sigmas (Mochi's scheduler). The pipeline pads prompts to 256
+    tokens. Frames: ``6k + 1``; height and width: multiples of 16.
+    """
+    from diffusers import (
+        AutoencoderKLMochi,
+        FlowMatchEulerDiscreteScheduler,
+        MochiPipeline,
+        MochiTransformer3DModel,
+    )
+
+    torch.manual_seed(seed)
+    # the caption pooler has 8 heads: text_embed_dim is a multiple of 8; the last block is context_pre_only
+    transformer = MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=16, num_layers=2,
+                                          pooled_projection_dim=16, in_channels=12, text_embed_dim=24,
+                                          time_embed_dim=32, max_sequence_length=256).eval()
+    torch.nn.init.normal_(transformer.pos_frequencies, std=0.1)
+    # in_channels 15: the encoder's Fourier features (3 + 12); neither the 3 spatial (2x) nor the 3
+    # temporal (1x, 2x, 3x) stages attend
+    vae = AutoencoderKLMochi(in_channels=15, out_channels=3, encoder_block_out_channels=(32,) * 4,
+                             decoder_block_out_channels=(32,) * 4, latent_channels=12, layers_per_block=(1,) * 5,
+                             temporal_expansions=(1, 2, 3), spatial_expansions=(2, 2, 2),
+                             add_attention_block=(False,) * 5, latents_mean=(0.0,) * 12, latents_std=(1.0,) * 12,
+                             scaling_factor=1.0).eval()
+    scheduler = FlowMatchEulerDiscreteScheduler(invert_sigmas=True)
+    return MochiPipeline(scheduler=scheduler, vae=vae, text_encoder=_t5_encoder(24),
+                         tokenizer=build_word_tokenizer(256), transformer=transformer)
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -286,6 +319,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-skyreelsv2": build_tiny_skyreelsv2,
     "tiny-chroma": build_tiny_chroma,
     "tiny-lumina2": build_tiny_lumina2,
+    "tiny-mochi": build_tiny_mochi,
 }
 """Builders of the tiny pipelines by name."""
 
