@@ -310,6 +310,43 @@ def build_tiny_mochi(seed: int = 0) -> Any:
                          tokenizer=build_word_tokenizer(256), transformer=transformer)
 
 
+def build_tiny_allegro(seed: int = 0) -> Any:
+    """``AllegroPipeline``: 2-block ``AllegroTransformer3DModel`` (head dim 18: its RoPE splits heads into
+    even (t, h, w) thirds), 4-channel ``AutoencoderKLAllegro`` with four 8-channel blocks (8x spatial,
+    4x temporal), one-layer T5 encoder, Euler ancestral (Allegro's scheduler). The pipeline pads
+    prompts to 512 tokens.
+
+    The VAE decodes only in tiles (``enable_tiling``, which ``load_pipeline`` turns on; without it
+    ``decode`` raises ``NotImplementedError``) of 24 frames by ``sample_size`` (128) pixels square,
+    overlapping by 8 frames, 120 rows and 80 columns (fixed by the class). Frames: ``24 + 16k`` (6 +
+    4k latent frames; counts the pipeline rounds up to those, such as 21, are cropped); height: at
+    least 128, a multiple of 16; width: ``128 + 48k``. Smaller videos cannot be decoded, and other
+    sizes leave the parts no tile reaches black.
+    """
+    from diffusers import (
+        AllegroPipeline,
+        AllegroTransformer3DModel,
+        AutoencoderKLAllegro,
+        EulerAncestralDiscreteScheduler,
+    )
+
+    torch.manual_seed(seed)
+    # cross_attention_dim is the inner dim (captions are projected to it); sample_* size only the
+    # default video (the learned positional table is unused with RoPE)
+    transformer = AllegroTransformer3DModel(patch_size=2, patch_size_t=1, num_attention_heads=2, attention_head_dim=18,
+                                            in_channels=4, out_channels=4, num_layers=2, cross_attention_dim=36,
+                                            sample_height=16, sample_width=16, sample_frames=6, caption_channels=24,
+                                            interpolation_scale_h=2.0, interpolation_scale_w=2.0,
+                                            interpolation_scale_t=2.2).eval()
+    vae = AutoencoderKLAllegro(in_channels=3, out_channels=3, block_out_channels=(8, 8, 8, 8), latent_channels=4,
+                               layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4, sample_size=128,
+                               scaling_factor=1.0).eval()
+    scheduler = EulerAncestralDiscreteScheduler(beta_schedule="linear", beta_start=0.0001, beta_end=0.02,
+                                                timestep_spacing="linspace", prediction_type="epsilon")
+    return AllegroPipeline(tokenizer=build_word_tokenizer(512), text_encoder=_t5_encoder(24), vae=vae,
+                           transformer=transformer, scheduler=scheduler)
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -320,6 +357,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-chroma": build_tiny_chroma,
     "tiny-lumina2": build_tiny_lumina2,
     "tiny-mochi": build_tiny_mochi,
+    "tiny-allegro": build_tiny_allegro,
 }
 """Builders of the tiny pipelines by name."""
 
