@@ -347,6 +347,57 @@ def build_tiny_allegro(seed: int = 0) -> Any:
                            transformer=transformer, scheduler=scheduler)
 
 
+def _qwen2vl_encoder(hidden: int) -> Any:
+    """A 2-layer ``Qwen2VLForConditionalGeneration`` (``hidden`` wide, multimodal RoPE sections of
+    2 + 2 + 2 frequencies) with a one-block vision tower that text prompts never reach; its image
+    and video tokens lie outside the word vocabulary."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    vocab = _vocab_size()
+    text = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=512, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 2, 2], "rope_theta": 10000.0})
+    vision = dict(depth=1, embed_dim=16, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=2,
+                  spatial_merge_size=1, temporal_patch_size=1)
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=vocab + 10,
+                           video_token_id=vocab + 11, vision_start_token_id=vocab + 12, vision_end_token_id=vocab + 13)
+    return Qwen2VLForConditionalGeneration(config).eval()
+
+
+def build_tiny_easyanimate(seed: int = 0) -> Any:
+    """``EasyAnimatePipeline`` (V5.1 style): 2-block ``EasyAnimateTransformer3DModel`` (every block
+    MMDiT; head dim 16 = RoPE axes of 4, 6, 6), 4-channel ``AutoencoderKLMagvit`` with four 8-channel
+    blocks (8x spatial, 4x temporal), a 2-layer ``Qwen2VLForConditionalGeneration`` (the pipeline
+    reads its second-to-last hidden states; see :func:`_qwen2vl_encoder`), flow-matching Euler. The
+    pipeline formats prompts with the tokenizer's chat template (here: the messages' text, as the
+    Qwen2-VL markers would all be ``<unk>`` words) and pads them to 256 tokens. With classifier-free
+    guidance on (the default) it needs a negative prompt: it iterates over ``None`` otherwise (the
+    batch CLI passes ``""``). Frames: ``4k + 1``; height and width: multiples of 16 (it rounds others
+    down).
+    """
+    from diffusers import (
+        AutoencoderKLMagvit,
+        EasyAnimatePipeline,
+        EasyAnimateTransformer3DModel,
+        FlowMatchEulerDiscreteScheduler,
+    )
+
+    torch.manual_seed(seed)
+    transformer = EasyAnimateTransformer3DModel(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                                                out_channels=4, patch_size=2, sample_width=4, sample_height=4,
+                                                num_layers=2, mmdit_layers=2, time_embed_dim=32,
+                                                text_embed_dim=24).eval()
+    vae = AutoencoderKLMagvit(in_channels=3, latent_channels=4, out_channels=3, block_out_channels=(8, 8, 8, 8),
+                              down_block_types=("SpatialDownBlock3D",) + ("SpatialTemporalDownBlock3D",) * 3,
+                              up_block_types=("SpatialUpBlock3D",) + ("SpatialTemporalUpBlock3D",) * 3,
+                              layers_per_block=1, norm_num_groups=2, scaling_factor=1.0).eval()
+    tokenizer = build_word_tokenizer(256)
+    tokenizer.chat_template = ("{% for message in messages %}{% for part in message['content'] %}{{ part['text'] }} "
+                               "{% endfor %}{% endfor %}")
+    return EasyAnimatePipeline(vae=vae, text_encoder=_qwen2vl_encoder(24), tokenizer=tokenizer,
+                               transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler())
+
+
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
@@ -358,6 +409,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-lumina2": build_tiny_lumina2,
     "tiny-mochi": build_tiny_mochi,
     "tiny-allegro": build_tiny_allegro,
+    "tiny-easyanimate": build_tiny_easyanimate,
 }
 """Builders of the tiny pipelines by name."""
 
