@@ -26,6 +26,10 @@ _CALL_FIELDS = {"negative_prompt": "negative_prompt", "height": "height", "width
                 "num_frames": "num_frames", "guidance_scale": "guidance_scale"}
 """Item field → pipeline ``__call__`` argument (when the item sets it)."""
 
+NEGATIVE_PROMPT_REQUIRED = ("EasyAnimatePipeline",)
+"""Pipelines whose ``negative_prompt`` defaults to ``None`` but which iterate over it under classifier-free
+guidance (diffusers 0.42): items without one are given ``""``, what the others put in its place."""
+
 
 def is_class_conditional(pipe: Any) -> bool:
     """DiT-style pipelines take class labels instead of text prompts."""
@@ -104,6 +108,8 @@ class PipelineAdapter:
             kw["prompt"] = [it.prompt for it in items]
             if first.negative_prompt is not None:
                 kw["negative_prompt"] = [it.negative_prompt for it in items]
+            elif type(self.pipe).__name__ in NEGATIVE_PROMPT_REQUIRED:
+                kw["negative_prompt"] = [""] * len(items)
         for field in ("height", "width", "num_frames", "guidance_scale"):
             if getattr(first, field) is not None:
                 kw[field] = getattr(first, field)

@@ -65,8 +65,15 @@ def _dtype_kwarg() -> str:
     return "dtype" if hasattr(deprecation_utils, "_resolve_dtype") else "torch_dtype"
 
 
+TILED_ONLY_VAES = ("AutoencoderKLAllegro",)
+"""VAE classes whose ``decode`` raises ``NotImplementedError`` unless tiling is on (diffusers 0.42; the
+Allegro model card calls ``vae.enable_tiling()``). :func:`load_pipeline` turns it on: the switch is not
+saved with the folder."""
+
+
 def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = None) -> Any:
-    """A shipped model name (``"tiny-dit"``) or a local diffusers folder → the loaded pipeline.
+    """A shipped model name (``"tiny-dit"``) or a local diffusers folder → the loaded pipeline, with
+    tiling on for a VAE that decodes only in tiles (:data:`TILED_ONLY_VAES`).
 
     Raises:
         ValueError: unknown name, missing folder, or a folder without ``model_index.json``.
@@ -84,4 +91,7 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
     kwargs = {_dtype_kwarg(): dtype} if dtype is not None else {}
     with quiet_diffusers():
         pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
+    vae = getattr(pipe, "vae", None)
+    if type(vae).__name__ in TILED_ONLY_VAES:
+        vae.enable_tiling()
     return pipe.to(device) if device is not None else pipe

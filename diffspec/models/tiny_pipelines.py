@@ -365,6 +365,125 @@ def build_tiny_hidream(seed: int = 0) -> Any:
                                 tokenizer_2=build_word_tokenizer(128), text_encoder_3=_t5_encoder(24),
                                 tokenizer_3=build_word_tokenizer(128), text_encoder_4=llama,
                                 tokenizer_4=build_word_tokenizer(128), transformer=transformer)
+def build_tiny_mochi(seed: int = 0) -> Any:
+    """``MochiPipeline``: 2-block ``MochiTransformer3DModel`` (rotary frequencies drawn at random: the
+    class initialises them to zero), ``AutoencoderKLMochi`` with 32-channel blocks (its group norms
+    have 32 groups) and 12 latent channels (the pipeline fixes its VAE scales at 8x spatial, 6x
+    temporal, and reshapes the latents' mean and std to 12 channels), one-layer T5 encoder,
+    flow-matching Euler with inverted sigmas (Mochi's scheduler). The pipeline pads prompts to 256
+    tokens. Frames: ``6k + 1``; height and width: multiples of 16.
+    """
+    from diffusers import (
+        AutoencoderKLMochi,
+        FlowMatchEulerDiscreteScheduler,
+        MochiPipeline,
+        MochiTransformer3DModel,
+    )
+
+    torch.manual_seed(seed)
+    # the caption pooler has 8 heads: text_embed_dim is a multiple of 8; the last block is context_pre_only
+    transformer = MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=16, num_layers=2,
+                                          pooled_projection_dim=16, in_channels=12, text_embed_dim=24,
+                                          time_embed_dim=32, max_sequence_length=256).eval()
+    torch.nn.init.normal_(transformer.pos_frequencies, std=0.1)
+    # in_channels 15: the encoder's Fourier features (3 + 12); neither the 3 spatial (2x) nor the 3
+    # temporal (1x, 2x, 3x) stages attend
+    vae = AutoencoderKLMochi(in_channels=15, out_channels=3, encoder_block_out_channels=(32,) * 4,
+                             decoder_block_out_channels=(32,) * 4, latent_channels=12, layers_per_block=(1,) * 5,
+                             temporal_expansions=(1, 2, 3), spatial_expansions=(2, 2, 2),
+                             add_attention_block=(False,) * 5, latents_mean=(0.0,) * 12, latents_std=(1.0,) * 12,
+                             scaling_factor=1.0).eval()
+    scheduler = FlowMatchEulerDiscreteScheduler(invert_sigmas=True)
+    return MochiPipeline(scheduler=scheduler, vae=vae, text_encoder=_t5_encoder(24),
+                         tokenizer=build_word_tokenizer(256), transformer=transformer)
+
+
+def build_tiny_allegro(seed: int = 0) -> Any:
+    """``AllegroPipeline``: 2-block ``AllegroTransformer3DModel`` (head dim 18: its RoPE splits heads into
+    even (t, h, w) thirds), 4-channel ``AutoencoderKLAllegro`` with four 8-channel blocks (8x spatial,
+    4x temporal), one-layer T5 encoder, Euler ancestral (Allegro's scheduler). The pipeline pads
+    prompts to 512 tokens.
+
+    The VAE decodes only in tiles (``enable_tiling``, which ``load_pipeline`` turns on; without it
+    ``decode`` raises ``NotImplementedError``) of 24 frames by ``sample_size`` (128) pixels square,
+    overlapping by 8 frames, 120 rows and 80 columns (fixed by the class). Frames: ``24 + 16k`` (6 +
+    4k latent frames; counts the pipeline rounds up to those, such as 21, are cropped); height: at
+    least 128, a multiple of 16; width: ``128 + 48k``. Smaller videos cannot be decoded, and other
+    sizes leave the parts no tile reaches black.
+    """
+    from diffusers import (
+        AllegroPipeline,
+        AllegroTransformer3DModel,
+        AutoencoderKLAllegro,
+        EulerAncestralDiscreteScheduler,
+    )
+
+    torch.manual_seed(seed)
+    # cross_attention_dim is the inner dim (captions are projected to it); sample_* size only the
+    # default video (the learned positional table is unused with RoPE)
+    transformer = AllegroTransformer3DModel(patch_size=2, patch_size_t=1, num_attention_heads=2, attention_head_dim=18,
+                                            in_channels=4, out_channels=4, num_layers=2, cross_attention_dim=36,
+                                            sample_height=16, sample_width=16, sample_frames=6, caption_channels=24,
+                                            interpolation_scale_h=2.0, interpolation_scale_w=2.0,
+                                            interpolation_scale_t=2.2).eval()
+    vae = AutoencoderKLAllegro(in_channels=3, out_channels=3, block_out_channels=(8, 8, 8, 8), latent_channels=4,
+                               layers_per_block=1, norm_num_groups=2, temporal_compression_ratio=4, sample_size=128,
+                               scaling_factor=1.0).eval()
+    scheduler = EulerAncestralDiscreteScheduler(beta_schedule="linear", beta_start=0.0001, beta_end=0.02,
+                                                timestep_spacing="linspace", prediction_type="epsilon")
+    return AllegroPipeline(tokenizer=build_word_tokenizer(512), text_encoder=_t5_encoder(24), vae=vae,
+                           transformer=transformer, scheduler=scheduler)
+
+
+def _qwen2vl_encoder(hidden: int) -> Any:
+    """A 2-layer ``Qwen2VLForConditionalGeneration`` (``hidden`` wide, multimodal RoPE sections of
+    2 + 2 + 2 frequencies) with a one-block vision tower that text prompts never reach; its image
+    and video tokens lie outside the word vocabulary."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    vocab = _vocab_size()
+    text = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=512, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 2, 2], "rope_theta": 10000.0})
+    vision = dict(depth=1, embed_dim=16, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=2,
+                  spatial_merge_size=1, temporal_patch_size=1)
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=vocab + 10,
+                           video_token_id=vocab + 11, vision_start_token_id=vocab + 12, vision_end_token_id=vocab + 13)
+    return Qwen2VLForConditionalGeneration(config).eval()
+
+
+def build_tiny_easyanimate(seed: int = 0) -> Any:
+    """``EasyAnimatePipeline`` (V5.1 style): 2-block ``EasyAnimateTransformer3DModel`` (every block
+    MMDiT; head dim 16 = RoPE axes of 4, 6, 6), 4-channel ``AutoencoderKLMagvit`` with four 8-channel
+    blocks (8x spatial, 4x temporal), a 2-layer ``Qwen2VLForConditionalGeneration`` (the pipeline
+    reads its second-to-last hidden states; see :func:`_qwen2vl_encoder`), flow-matching Euler. The
+    pipeline formats prompts with the tokenizer's chat template (here: the messages' text, as the
+    Qwen2-VL markers would all be ``<unk>`` words) and pads them to 256 tokens. With classifier-free
+    guidance on (the default) it needs a negative prompt: it iterates over ``None`` otherwise (the
+    batch CLI passes ``""``). Frames: ``4k + 1``; height and width: multiples of 16 (it rounds others
+    down).
+    """
+    from diffusers import (
+        AutoencoderKLMagvit,
+        EasyAnimatePipeline,
+        EasyAnimateTransformer3DModel,
+        FlowMatchEulerDiscreteScheduler,
+    )
+
+    torch.manual_seed(seed)
+    transformer = EasyAnimateTransformer3DModel(num_attention_heads=2, attention_head_dim=16, in_channels=4,
+                                                out_channels=4, patch_size=2, sample_width=4, sample_height=4,
+                                                num_layers=2, mmdit_layers=2, time_embed_dim=32,
+                                                text_embed_dim=24).eval()
+    vae = AutoencoderKLMagvit(in_channels=3, latent_channels=4, out_channels=3, block_out_channels=(8, 8, 8, 8),
+                              down_block_types=("SpatialDownBlock3D",) + ("SpatialTemporalDownBlock3D",) * 3,
+                              up_block_types=("SpatialUpBlock3D",) + ("SpatialTemporalUpBlock3D",) * 3,
+                              layers_per_block=1, norm_num_groups=2, scaling_factor=1.0).eval()
+    tokenizer = build_word_tokenizer(256)
+    tokenizer.chat_template = ("{% for message in messages %}{% for part in message['content'] %}{{ part['text'] }} "
+                               "{% endfor %}{% endfor %}")
+    return EasyAnimatePipeline(vae=vae, text_encoder=_qwen2vl_encoder(24), tokenizer=tokenizer,
+                               transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler())
 
 
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
@@ -379,6 +498,9 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-auraflow": build_tiny_auraflow,
     "tiny-cogview3plus": build_tiny_cogview3plus,
     "tiny-hidream": build_tiny_hidream,
+    "tiny-mochi": build_tiny_mochi,
+    "tiny-allegro": build_tiny_allegro,
+    "tiny-easyanimate": build_tiny_easyanimate,
 }
 """Builders of the tiny pipelines by name."""
 

@@ -181,3 +181,21 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     write_image(tmp_path / "ok.png", np.zeros((4, 4, 3)))
     assert oct((tmp_path / "ok.png").stat().st_mode & 0o777) != oct(0o600)
+
+
+def test_pipelines_that_need_a_negative_prompt_get_an_empty_one():
+    """EasyAnimatePipeline iterates over negative_prompt (default None) under guidance: items without one get ""."""
+    import dataclasses
+
+    from diffspec.batch import GenItem, PipelineAdapter
+
+    def call(self, prompt=None, negative_prompt=None, num_frames=49, num_inference_steps=50, output_type="pil",
+             generator=None):
+        pass
+
+    easy, other = type("EasyAnimatePipeline", (), {"__call__": call}), type("WanPipeline", (), {"__call__": call})
+    items = [GenItem(index=i, line=i + 1, id=str(i), prompt="a fox", seed=i, steps=4, method="none") for i in range(2)]
+    assert PipelineAdapter(easy()).kwargs(items)["negative_prompt"] == ["", ""]
+    assert "negative_prompt" not in PipelineAdapter(other()).kwargs(items)
+    items = [dataclasses.replace(it, negative_prompt="dark") for it in items]
+    assert PipelineAdapter(easy()).kwargs(items)["negative_prompt"] == ["dark", "dark"]

@@ -10,9 +10,11 @@ from diffspec.batch.media import has_ffmpeg
 from diffspec.cli import main
 from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer, save_tiny_pipeline
 
-# family → (height, width, frames): sizes the family's VAE and patching accept
+# family → (height, width, frames): sizes the family's VAE and patching accept (Allegro's VAE decodes
+# 24-frame, 128-pixel tiles only)
 SHAPES = {"tiny-wan": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
-          "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5)}
+          "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5), "tiny-mochi": (32, 32, 7),
+          "tiny-allegro": (128, 128, 24), "tiny-easyanimate": (32, 32, 5)}
 IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),
                 "tiny-auraflow": (16, 24), "tiny-cogview3plus": (32, 48),
                 "tiny-hidream": (256, 256)}
@@ -48,6 +50,14 @@ def test_word_tokenizer_is_offline_and_pads():
     tok = build_word_tokenizer(8)
     enc = tok(["a red fox", "zebra"], padding="max_length", max_length=8)
     assert enc["input_ids"][1][:2] == [tok.unk_token_id, tok.pad_token_id] and enc["attention_mask"][0][3] == 0
+
+
+def test_load_pipeline_turns_on_tiling_for_a_tiles_only_vae(tmp_path):
+    """AutoencoderKLAllegro.decode raises NotImplementedError without tiling, a switch save_pretrained
+    does not keep: load_pipeline (the CLI's and SpeculativePipeline.from_pretrained's loader) turns it on."""
+    from diffspec.models import load_pipeline
+
+    assert load_pipeline(save_tiny_pipeline("tiny-allegro", tmp_path / "allegro")).vae.use_tiling
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
