@@ -237,8 +237,8 @@ SUPPORTED_TRANSFORMERS = (
     # t = 0) are sliced per row keeping the last (rows.py)
     "QwenImage21Transformer2DModel",
     "Krea2Transformer2DModel",  # its text fusion blocks (nested, timestep-independent) run every step
-    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its pipeline's unconditional_transformer is a second model:
-    # forecast only where hooked too
+    # timestep 1 - sigma (steps.py INCREASING_TIMESTEPS); its pipeline's unconditional_transformer is a second model,
+    # forecast with hooks of its own (pipelines/forecast.py DENOISERS)
     "Ideogram4Transformer2DModel",
     "LongCatImageTransformer2DModel",
     "OvisImageTransformer2DModel",

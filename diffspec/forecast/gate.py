@@ -63,13 +63,15 @@ class Schedule:
                              f"{num_steps} steps; allowed [{self.warmup + 1}, {num_steps}]")
         return replace(self, fixed=_spread(self.spread, num_steps, self.warmup), spread=None)
 
-    def forced_full(self, step: int, num_steps: int | None, since_full: int | None) -> bool:
-        """Full regardless of the verifier (``since_full``: drafts since the row's last full step)."""
+    def forced_full(self, step: int, num_steps: int | None, since_full: int | None, first_step: int = 0) -> bool:
+        """Full regardless of the verifier (``since_full``: drafts since the row's last full step; ``first_step``:
+        the step this transformer was first called at in the generation, where its warmup starts: Wan 2.2's
+        low-noise expert takes over mid-generation)."""
         if since_full is None:
             return True
         if self.fixed is not None:
             return step in self.fixed
-        if step < self.warmup:
+        if step - first_step < self.warmup:
             return True
         if self.last_step_full and num_steps is not None and step >= num_steps - 1:
             return True

@@ -86,6 +86,9 @@ class ForecastHooks(ModuleForecasts):
         stats: counters to update (``full_steps``, ``forecast_steps``, ``target_calls``...).
         num_steps_fn: returns the number of transformer steps of the current generation
             (e.g. ``len(pipe.scheduler.timesteps)``), or None if unknown.
+        tracker: a :class:`~.steps.StepTracker` shared with the pipeline's other denoisers (Wan 2.2's
+            ``transformer_2``, Ideogram 4's ``unconditional_transformer``), so that steps count the pipeline's
+            steps; by default the hooks track their transformer's calls alone.
 
     Example:
         >>> hooks = ForecastHooks(pipe.transformer, ForecastConfig(), SpecStats())  # doctest: +SKIP
@@ -98,6 +101,7 @@ class ForecastHooks(ModuleForecasts):
         config: ForecastConfig | SpecaConfig,
         stats: SpecStats,
         num_steps_fn: Callable[[], int | None] | None = None,
+        tracker: StepTracker | None = None,
     ) -> None:
         self.transformer = transformer
         self.config = config
@@ -117,7 +121,13 @@ class ForecastHooks(ModuleForecasts):
         self.granularity = "block"  # effective: "block", "module", or "pending" (measured at step 0, chosen at step 1)
         self._order = config.order
         self.modules_real = False  # the verifier runs the submodules for real, without recording
-        self.tracker = StepTracker(increasing=type(self.calls.model).__name__ in INCREASING_TIMESTEPS)
+        increasing = type(self.calls.model).__name__ in INCREASING_TIMESTEPS
+        if tracker is not None and tracker.increasing != increasing:
+            raise ValueError(f"{type(self.calls.model).__name__}: a shared step tracker must read timesteps the same "
+                             f"way (increasing={tracker.increasing}, this transformer: {increasing})")
+        self.tracker = tracker or StepTracker(increasing=increasing)
+        self._generation = self.tracker.generation  # the last generation these hooks were called in
+        self._first_step = 0  # the step of this generation at which this transformer was first called
         self._params = list(inspect.signature(self.calls.model.forward).parameters)
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
@@ -213,7 +223,9 @@ class ForecastHooks(ModuleForecasts):
                                  f"forecasting: {why}")
         self.calls.borrow()
         t = self.tracker.read(self._arg(self._timestep_name, args, kwargs))
-        if self.tracker.observe(t):
+        self.tracker.observe(t)
+        if self.tracker.generation != self._generation:  # a new generation (seen here or by a shared tracker)
+            self._generation, self._first_step = self.tracker.generation, self.tracker.step
             self._branches.clear()
             self._num_steps = self.num_steps_fn()
             self.schedule = self._schedule.for_steps(self._num_steps)
@@ -221,7 +233,7 @@ class ForecastHooks(ModuleForecasts):
             self._order = self.config.order
             self.granularity = "pending" if self._decide_cache else self.config.granularity
         step, num_steps = self.tracker.step, self._num_steps
-        if self.granularity == "pending" and step >= 1:
+        if self.granularity == "pending" and step > self._first_step:
             self._choose_cache()
         hidden = self._arg(self._hidden_name, args, kwargs)
         self._per_row_lists = isinstance(hidden, list) and all(isinstance(h, torch.Tensor) for h in hidden)
@@ -241,7 +253,8 @@ class ForecastHooks(ModuleForecasts):
         self._x = float(step) if self.config.abscissa == "index" else t
         self._progress = step / max(num_steps - 1, 1) if num_steps else 0.0
         sched = self.schedule
-        self._full_rows = [sched.forced_full(step, num_steps, s) or f for s, f in zip(branch.since_full, branch.force_full)]
+        self._full_rows = [sched.forced_full(step, num_steps, s, self._first_step) or f
+                           for s, f in zip(branch.since_full, branch.force_full)]
         self._check_rows = [not f and sched.checked(s) for f, s in zip(self._full_rows, branch.since_full)]
         self._errors = None
         self._between_blocks = False

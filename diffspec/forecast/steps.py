@@ -24,11 +24,15 @@ generation, so a decrease, not an increase, starts a new one."""
 class StepTracker:
     """Turns the sequence of ``timestep`` values a transformer sees into (step, branch).
 
-    ``increasing``: the timestep grows during a generation (see :data:`INCREASING_TIMESTEPS`).
+    ``increasing``: the timestep grows during a generation (see :data:`INCREASING_TIMESTEPS`). One tracker
+    can be shared by the denoisers of a pipeline (Wan 2.2's two experts, Ideogram 4's conditional and
+    unconditional transformers): their calls then count the pipeline's steps, and ``generation`` tells each
+    of them that a new generation started, whichever of them saw it first.
     """
 
     def __init__(self, increasing: bool = False) -> None:
         self.increasing = increasing
+        self.generation = 0  # bumped at each new generation (never reset)
         self.reset()
 
     def reset(self) -> None:
@@ -58,6 +62,7 @@ class StepTracker:
         new_generation = self.t_step is None or (t < self.t_step if self.increasing else t > self.t_step)
         if new_generation:
             self.step, self.branch = 0, 0
+            self.generation += 1
         elif t == self.t_step:
             self.branch += 1
         else:

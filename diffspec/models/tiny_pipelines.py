@@ -99,6 +99,21 @@ def build_tiny_wan(seed: int = 0) -> Any:
                        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0))
 
 
+def build_tiny_wan22(seed: int = 0) -> Any:
+    """``WanPipeline`` in Wan 2.2 A14B's two-expert form: the :func:`build_tiny_wan` parts with a second 3-block
+    transformer as ``transformer_2`` (other weights), which denoises the steps below ``boundary_ratio = 0.9``
+    (timestep 900: about the last two thirds of the steps at shift 3).
+    """
+    from diffusers import WanTransformer3DModel
+
+    pipe = build_tiny_wan(seed)
+    torch.manual_seed(seed + 1)
+    expert = WanTransformer3DModel(**pipe.transformer.config).eval()
+    pipe.register_modules(transformer_2=expert)
+    pipe.register_to_config(boundary_ratio=0.9)
+    return pipe
+
+
 def build_tiny_skyreelsv2(seed: int = 0) -> Any:
     """``SkyReelsV2Pipeline`` (text to video): 2-block ``SkyReelsV2Transformer3DModel`` (T2V: no image
     embedder, no fps embedding), the Wan builder's 4-channel ``AutoencoderKLWan`` (8x spatial, 4x
@@ -489,6 +504,7 @@ def build_tiny_easyanimate(seed: int = 0) -> Any:
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
+    "tiny-wan22": build_tiny_wan22,
     "tiny-cogvideox": build_tiny_cogvideox,
     "tiny-ltx": build_tiny_ltx,
     "tiny-hunyuanvideo": build_tiny_hunyuanvideo,

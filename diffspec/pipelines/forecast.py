@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import nn
+
 from ..api import SpeculativePipeline
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.blocks import SUPPORTED_TRANSFORMERS
 from ..forecast.calibrate import resolve_replay, resolve_thresholds
 from ..forecast.compile import compile_blocks
 from ..forecast.hooks import ForecastHooks
+from ..forecast.steps import INCREASING_TIMESTEPS, StepTracker
+
+DENOISERS = ("transformer", "transformer_2", "unconditional_transformer")
+"""Pipeline components forecast alike, each with its own hooks on one shared step count: Wan 2.2's low-noise
+expert ``transformer_2`` (``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVACEPipeline``, ``LucyEditPipeline``)
+and Ideogram 4's ``unconditional_transformer`` (its CFG branch)."""
+
+
+def denoisers(pipe: Any) -> list[tuple[str, nn.Module]]:
+    """The pipeline's transformers in :data:`DENOISERS`, by component name (those set, in that order)."""
+    return [(name, m) for name in DENOISERS if isinstance(m := getattr(pipe, name, None), nn.Module)]
 
 
 def _num_steps(pipe: Any) -> int | None:
@@ -19,6 +32,9 @@ def _num_steps(pipe: Any) -> int | None:
 
 class ForecastPipeline(SpeculativePipeline):
     """A diffusers pipeline whose transformer forecasts block outputs on most steps.
+
+    Every transformer of :data:`DENOISERS` the pipeline has is forecast (Wan 2.2 A14B's two experts: each
+    starts with its own warmup where it takes over), with one :class:`~diffspec.stats.SpecStats` for all.
 
     Example:
         >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", interval=5)  # doctest: +SKIP
@@ -37,7 +53,12 @@ class ForecastPipeline(SpeculativePipeline):
             config, self.schedule_source, self.schedule_steps = resolve_replay(config, folder)
             config, self.threshold_source = resolve_thresholds(config, folder)
         super().__init__(pipe, config)
-        self.hooks = ForecastHooks(pipe.transformer, config, self.stats, num_steps_fn=self._num_steps)
+        models = denoisers(pipe)
+        first = type(models[0][1]).__name__
+        tracker = StepTracker(increasing=first in INCREASING_TIMESTEPS)
+        self.hooks = {name: ForecastHooks(model, config, self.stats, num_steps_fn=self._num_steps, tracker=tracker)
+                      for name, model in models}
+        """One :class:`~diffspec.forecast.hooks.ForecastHooks` per denoiser, by component name."""
         self.enable()
 
     def _num_steps(self) -> int | None:
@@ -52,8 +73,7 @@ class ForecastPipeline(SpeculativePipeline):
 
     @classmethod
     def wrap(cls, target: Any, config: MethodConfig) -> ForecastPipeline:
-        transformer = getattr(target, "transformer", None)
-        if transformer is None:
+        if not denoisers(target):
             raise ValueError(
                 f"{type(target).__name__} has no `transformer` component (UNet pipelines are not supported "
                 f"by {config.method!r}); supported transformers: {', '.join(SUPPORTED_TRANSFORMERS)}"
@@ -74,17 +94,21 @@ class ForecastPipeline(SpeculativePipeline):
         Example:
             >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor").compile()  # doctest: +SKIP
         """
-        compile_blocks(self.pipe.transformer, **compile_kwargs)
+        for _, model in denoisers(self.pipe):
+            compile_blocks(model, **compile_kwargs)
         return self
 
     def enable(self) -> None:
-        self.hooks.attach()
+        for hooks in self.hooks.values():
+            hooks.attach()
         super().enable()
 
     def disable(self) -> None:
-        self.hooks.detach()
+        for hooks in self.hooks.values():
+            hooks.detach()
         super().disable()
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
-        self.hooks.reset()
+        for hooks in self.hooks.values():
+            hooks.reset()
         return self.pipe(*args, **kwargs)

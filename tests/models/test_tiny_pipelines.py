@@ -12,7 +12,7 @@ from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer,
 
 # family → (height, width, frames): sizes the family's VAE and patching accept (Allegro's VAE decodes
 # 24-frame, 128-pixel tiles only)
-SHAPES = {"tiny-wan": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
+SHAPES = {"tiny-wan": (32, 32, 5), "tiny-wan22": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
           "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5), "tiny-mochi": (32, 32, 7),
           "tiny-allegro": (128, 128, 24), "tiny-easyanimate": (32, 32, 5)}
 IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),

@@ -1,5 +1,5 @@
 """Ideogram 4 (``Ideogram4Transformer2DModel``, called as ``Ideogram4Pipeline`` calls its conditional ``transformer``;
-the pipeline's separate ``unconditional_transformer`` is another model, hooked on its own)."""
+the pipeline's separate ``unconditional_transformer`` is another model, which ``from_pipe`` hooks on its own)."""
 
 from __future__ import annotations
 
