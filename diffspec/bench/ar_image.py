@@ -14,7 +14,7 @@ the first 8 drafts, each followed by 3 chain copies / 8 siblings followed by 6),
 a group-only acceptance kept only before a run of that many exact acceptances; ``gsd-cb-k24`` / ``-k32`` / ``-k40``:
 ``clusters=24`` / ``32`` / ``40``, lumped rejection sampling over a fixed k-means partition of the VQ codebook;
 ``gsd-cb-kK-mintv`` (K = 8, 16, 24, 26, 28, 32, 48): ``clusters=K`` with ``cluster_rule="min-tv"``, the same acceptance
-emitting the law closest to the target's; ``gsd-cb-k26-mintv-ra-d8`` / ``-ra-d16``: ``K = 26`` with residual
+emitting the law closest to the target's; ``gsd-cb-kK-mintv-ra-d8`` / ``-ra-d16`` (K = 8, 16, 26): the same with residual
 alternatives (the loop of ``mc-sjd-ra``: 4 siblings for each of the first 8 / 16 drafts, each followed by 3 chain
 copies); ``gsd-emb-kK-mintv`` (K = 16, 26, 32): the same with the partition fitted on the target's input
 embeddings)
@@ -74,9 +74,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "gsd-cb-k40": {"method": "gsd", "clusters": 40, "embed_source": "codebook", "cluster_rule": "lumped"},
     **{f"gsd-cb-k{k}-mintv": {"method": "gsd", "clusters": k, "embed_source": "codebook", "cluster_rule": "min-tv"}
        for k in (8, 16, 24, 26, 28, 32, 48)},
-    **{f"gsd-cb-k26-mintv-ra{tail}": {"method": "gsd", "clusters": 26, "embed_source": "codebook",
-                                     "cluster_rule": "min-tv", "width": 4, "depth": depth}
-       for tail, depth in (("-d8", 8), ("-d16", 16))},
+    **{f"gsd-cb-k{k}-mintv-ra{tail}": {"method": "gsd", "clusters": k, "embed_source": "codebook",
+                                       "cluster_rule": "min-tv", "width": 4, "depth": depth}
+       for k in (8, 16, 26) for tail, depth in (("-d8", 8), ("-d16", 16))},
     **{f"gsd-emb-k{k}-mintv": {"method": "gsd", "clusters": k, "embed_source": "embeddings", "cluster_rule": "min-tv"}
        for k in (16, 26, 32)},
     "gsd-G50-emb05-dp0.4": {"method": "gsd", "group_size": 50, "embed_quantile": 0.05, "delta_p": 0.4},

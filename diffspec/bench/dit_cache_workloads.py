@@ -11,7 +11,7 @@ from ..api import SpeculativePipeline
 from ..config import MethodConfig, SpecaConfig
 from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
-from .models import SIGMA_FAMILIES, SPECS, build_transformer, make_call, timesteps_for
+from .models import AUDIO_FAMILIES, SIGMA_FAMILIES, SPECS, build_transformer, make_call, timesteps_for
 from .quality import psnr, ssim
 from .timing import Arm
 from .workload import Workload
@@ -120,8 +120,9 @@ class LoopWorkload(Workload):
     def describe(self) -> dict[str, Any]:
         hw = self.spec.latent_hw
         px = hw * (16 if self.spec.family == "flux" else 8)
-        return {"steps": self.steps, "batch": self.batch, "resolution": [px, px], "seeds": self.seeds,
-                "latent_hw": hw, "text_tokens": self.spec.text_tokens, "guidance_scale": None,
+        audio = self.spec.family in AUDIO_FAMILIES
+        return {"steps": self.steps, "batch": self.batch, "resolution": None if audio else [px, px],
+                "seeds": self.seeds, "latent_hw": None if audio else hw, "latent_shape": list(self.latents.shape), "text_tokens": self.spec.text_tokens, "guidance_scale": None,
                 "scheduler": "euler (uniform timesteps)"}
 
 

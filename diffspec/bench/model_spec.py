@@ -44,3 +44,4 @@ class Family:
     # re-initialises, in place after construction (seeded), weights a random-weight build would leave degenerate
     # (e.g. zero-initialised adaLN modulations, which make every block the identity)
     init: Callable[[nn.Module], None] | None = None
+    audio: bool = False  # 1-D latents (B, C, T): no pixel resolution

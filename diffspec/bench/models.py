@@ -143,6 +143,8 @@ FLOW_1000_FAMILIES = ("sana", "wan", "hunyuanvideo", "ltx",
 """Flow-matching families whose pipelines pass ``1000 * sigma`` as the timestep."""
 SIGMA_FAMILIES = ("flux", *(family for family, f in RECENT_FAMILIES.items() if f.timesteps == "sigma"))
 """Flow-matching families whose pipelines pass sigma in 0..1 as the timestep."""
+AUDIO_FAMILIES = tuple(family for family, f in RECENT_FAMILIES.items() if f.audio)
+"""Families with 1-D latents ``(B, C, T)`` (audio DiTs): no pixel resolution."""
 
 
 def build_transformer(name: str, *, seed: int = 0, dtype: torch.dtype = torch.float32,

@@ -209,3 +209,13 @@ def test_loop_workload_integrates_the_whole_sigma_range(model, monkeypatch):
     monkeypatch.setattr(workload, "call", lambda transformer, x, t: torch.ones_like(x))
     moved = workload.generate([0]) - workload.latents.float()
     assert torch.allclose(moved, torch.full_like(moved, -1.0), atol=2e-3), moved.flatten()[:3]
+
+
+@pytest.mark.parametrize("model,audio", [("tiny-stableaudio", True), ("tiny-acestep", True), ("tiny-wan", False)])
+def test_loop_workload_reports_no_pixel_resolution_for_audio(model, audio):
+    """1-D audio latents (B, C, T) have no image size: the workload reports their shape, no resolution."""
+    workload = make_workload(model, device=torch.device("cpu"), dtype=torch.float32, steps=2, batch=1,
+                             guidance_scale=1.0)
+    described = workload.describe()
+    assert described["latent_shape"] == list(workload.latents.shape)
+    assert (described["resolution"] is None) == audio and (described["latent_hw"] is None) == audio

@@ -34,7 +34,7 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     return latents, call
 
 
-FAMILIES = {"acestep": Family(cls="AceStepTransformer1DModel", make_call=_call, timesteps="sigma")}
+FAMILIES = {"acestep": Family(cls="AceStepTransformer1DModel", make_call=_call, timesteps="sigma", audio=True)}
 
 SPECS = {
     # sliding / full / sliding self-attention (window 4 of the 8 patched tokens), 2 query heads, 1 KV head;

@@ -40,7 +40,7 @@ def _init(model: nn.Module) -> None:
 
 
 FAMILIES = {"longcataudio": Family(cls="LongCatAudioDiTTransformer", make_call=_call, timesteps="sigma",
-                                   init=_init)}
+                                   init=_init, audio=True)}
 
 SPECS = {
     # the released layout (global adaLN with the text mean, long skip, ConvNeXt text convs, latent condition, QK norm)

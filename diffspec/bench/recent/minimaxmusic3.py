@@ -31,7 +31,7 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     return latents, call
 
 
-FAMILIES = {"minimaxmusic3": Family(cls="MiniMaxMusic3Transformer1DModel", make_call=_call, timesteps="sigma")}
+FAMILIES = {"minimaxmusic3": Family(cls="MiniMaxMusic3Transformer1DModel", make_call=_call, timesteps="sigma", audio=True)}
 
 SPECS = {
     # head dim 16, rotary over its first 8 channels (32 of 64 released); plain pre-norm blocks (no adaLN: the

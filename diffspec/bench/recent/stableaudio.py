@@ -40,7 +40,7 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     return latents, call
 
 
-FAMILIES = {"stableaudio": Family(cls="StableAudioDiTModel", make_call=_call, timesteps="sigma")}
+FAMILIES = {"stableaudio": Family(cls="StableAudioDiTModel", make_call=_call, timesteps="sigma", audio=True)}
 
 SPECS = {
     # grouped-query cross-attention (2 query heads, 1 KV head) as the released 24 / 12; global_states_input_dim =

@@ -33,7 +33,7 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     return latents, call
 
 
-FAMILIES = {"stableaudio3": Family(cls="StableAudio3DiTModel", make_call=_call, timesteps="sigma")}
+FAMILIES = {"stableaudio3": Family(cls="StableAudio3DiTModel", make_call=_call, timesteps="sigma", audio=True)}
 
 SPECS = {
     # differential attention (the default); 4 memory tokens (64 released); global_cond_dim = cond_token_dim (the
