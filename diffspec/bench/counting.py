@@ -27,8 +27,10 @@ class ComputeCounter:
         >>> counter.full_calls(counter.max_units()), counter.evals(counter.max_units())  # doctest: +SKIP
     """
 
-    def __init__(self, transformer: nn.Module) -> None:
+    def __init__(self, transformer: nn.Module, block_lists: list[nn.ModuleList] | None = None) -> None:
+        """``block_lists``: the lists whose work counts (default: the transformer's, :func:`find_block_lists`)."""
         self.transformer = transformer
+        self.block_lists = block_lists
         self.per_call: list[int] = []
         self._current = 0
         self._depth = 0
@@ -38,7 +40,8 @@ class ComputeCounter:
         self.per_call.clear()
         self._handles.append(self.transformer.register_forward_pre_hook(self._start))
         self._handles.append(self.transformer.register_forward_hook(self._end))
-        for _, blocks in find_block_lists(self.transformer):
+        lists = self.block_lists or [blocks for _, blocks in find_block_lists(self.transformer)]
+        for blocks in lists:
             for block in blocks:
                 self._handles.append(block.register_forward_pre_hook(self._enter))
                 self._handles.append(block.register_forward_hook(self._leave))

@@ -33,7 +33,7 @@ from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.gate import Schedule
 from .cache_dit_peer import CACHE_DIT_PEERS, CacheDitCache
 from .compiled import check_compile_mode, compile_transformer, eager
-from .dit_cache_workloads import PipelineWorkload, make_workload
+from .dit_cache_workloads import PipelineWorkload, loop_base, make_workload
 from .models import SPECS
 from .peers import (
     PEER_CACHES,
@@ -51,6 +51,9 @@ OUR_METHODS = ("taylor", "speca")
 METHOD_CONFIGS: dict[str, type[MethodConfig]] = {"taylor": ForecastConfig, "speca": SpecaConfig}
 PEERS = (*PEER_CACHES, *CACHE_DIT_PEERS, "fewer-steps")
 DEFAULT_METHODS = (*OUR_METHODS, *PEERS)
+CONTROLNET_REFERENCE = "taylor-controlnet-every-step"
+"""On a ControlNet workload: ``taylor`` with the ControlNet run in full at every step (not forecast), the reference
+for what forecasting the ControlNet's outputs saves; a default arm there, refused elsewhere."""
 TINY_LOOP_MODELS = tuple(name for name in SPECS if name.startswith("tiny-"))
 
 
@@ -122,15 +125,20 @@ def build_arms(workload: Workload, methods: list[str], overrides: dict[str, Any]
     A cache-dit peer that cannot run here (not installed, or a model it cannot cache) is left out
     and appended to ``skipped`` as ``{"method", "reason"}``; without a ``skipped`` list it raises.
     """
-    unknown = [m for m in methods if m not in DEFAULT_METHODS]
+    has_controlnet = getattr(workload, "controlnet", None) is not None
+    known = (*DEFAULT_METHODS, CONTROLNET_REFERENCE) if has_controlnet else DEFAULT_METHODS
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        raise ValueError(f"dit-cache: unknown method(s) {', '.join(unknown)}; choose from {', '.join(DEFAULT_METHODS)}")
+        raise ValueError(f"dit-cache: unknown method(s) {', '.join(unknown)} for {workload.name}; choose from "
+                         f"{', '.join(known)}")
     configs = method_configs(overrides)
     forecast = configs["taylor"]
     arms = [Arm("baseline", lambda seeds: workload.generate(seeds), config={"num_inference_steps": workload.steps})]
     for method in methods:
         if method in OUR_METHODS:
             arms.append(workload.method_arm(method, configs[method]))
+        elif method == CONTROLNET_REFERENCE:
+            arms.append(workload.method_arm(method, configs["taylor"], forecast_controlnet=False))  # type: ignore[call-arg]
         elif method == "fewer-steps":
             k = full_steps_of(forecast, workload.steps)
             arms.append(Arm("fewer-steps", lambda seeds, k=k: workload.generate(seeds, steps=k), peer=True,
@@ -203,7 +211,8 @@ def _speca_record(workload: Workload) -> dict[str, Any] | None:
 
 def default_steps(model: str) -> int:
     """50 for DiT-style models, 28 for flow-matching ones (SD3, Flux), as their pipelines use."""
-    return 28 if model in SPECS and SPECS[model].family in ("sd3", "flux") else 50
+    base = loop_base(model)
+    return 28 if base is not None and SPECS[base].family in ("sd3", "flux") else 50
 
 
 def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, device: str | None = None,
@@ -224,10 +233,11 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         >>> doc["runs"][1]["speedup_vs_baseline"]  # doctest: +SKIP
     """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if model in SPECS and model not in TINY_LOOP_MODELS and dev.type != "cuda" and not allow_cpu:
+    base = loop_base(model)
+    if base is not None and base not in TINY_LOOP_MODELS and dev.type != "cuda" and not allow_cpu:
         raise ValueError(f"--model {model} is a real-size architecture meant for a GPU (device is {dev}); "
                          "pass --device cuda, or --allow-cpu to time it on the CPU anyway")
-    dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
+    dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and base is not None else "float32")
     if dtype_name not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"dtype={dtype_name!r}; choose float32, float16 or bfloat16")
     for field, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("quality_samples", quality_samples, 2)):
@@ -238,7 +248,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
         raise ValueError(f"compile={compile_mode!r} with budget_evals is not supported; use compile='none' "
                          "for the equal-evals mode")
     steps = steps or default_steps(model)
-    batch = batch or (1 if model in SPECS else 10)
+    batch = batch or (1 if base is not None else 10)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
                              guidance_scale=guidance_scale)
     if compile_mode != "none":  # before any arm exists: every arm runs the same compiled transformer
@@ -256,7 +266,9 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                                 resolve_record=lambda: _speca_record(workload))
         runs, equal, skipped = equal["runs"], equal["equal_evals"], equal["skipped"]
     else:
-        arms = build_arms(workload, list(methods or DEFAULT_METHODS), dict(overrides or {}), skipped)
+        default = (*OUR_METHODS, CONTROLNET_REFERENCE, *PEERS) if getattr(workload, "controlnet", None) is not None \
+            else DEFAULT_METHODS
+        arms = build_arms(workload, list(methods or default), dict(overrides or {}), skipped)
         compiled = compile_mode != "none"
         runs = run_arms(workload, arms, device=dev, repeats=repeats, warmup=warmup, quality_samples=quality_samples,
                         quality_chunk=max(batch, 50), show_progress=show_progress,

@@ -3,15 +3,26 @@ transformer of a named architecture in a plain Euler loop (speed at real size)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from ..api import SpeculativePipeline
 from ..config import MethodConfig, SpecaConfig
+from ..forecast.controlnet import ControlNetForecast
 from ..forecast.hooks import ForecastHooks
 from ..stats import SpecStats
-from .models import AUDIO_FAMILIES, SIGMA_FAMILIES, SPECS, build_transformer, make_call, timesteps_for
+from .models import (
+    AUDIO_FAMILIES,
+    SIGMA_FAMILIES,
+    SPECS,
+    build_flux_controlnet,
+    build_transformer,
+    make_call,
+    timesteps_for,
+)
 from .quality import psnr, ssim
 from .timing import Arm
 from .workload import Workload
@@ -76,23 +87,61 @@ class PipelineWorkload(Workload):
                 "pipeline": type(self.pipe).__name__}
 
 
+CONTROLNET_WORKLOADS: dict[str, tuple[str, int, int]] = {
+    "tiny-flux-controlnet": ("tiny-flux", 1, 2),
+    "flux-1024-controlnet": ("flux-1024", 5, 10),  # the depth of InstantX's FLUX.1-dev Union ControlNet
+}
+"""Loop workloads with a random-weight ``FluxControlNetModel`` called before the transformer at every step, as
+``FluxControlNetPipeline`` calls it: name -> (transformer spec, ControlNet double blocks, single blocks)."""
+
+
+def _flux_controlnet(transformer: nn.Module, layers: tuple[int, int], latents: torch.Tensor
+                     ) -> tuple[nn.Module, Callable[[Any], Callable[..., Any]]]:
+    """A ControlNet shaped for ``transformer`` (:func:`~.models.build_flux_controlnet`), with the packed control
+    latents it reads, and a wrapper making a transformer call run it first."""
+    controlnet = build_flux_controlnet(transformer, *layers, seed=1).to(device=latents.device, dtype=latents.dtype)
+    cond = torch.randn(latents.shape, generator=torch.Generator().manual_seed(2)).to(latents.device, latents.dtype)
+    names = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep", "img_ids", "txt_ids",
+             "guidance")
+
+    def with_controlnet(model: Any) -> Callable[..., Any]:
+        def call(**kwargs: Any) -> Any:
+            blocks, singles = controlnet(controlnet_cond=cond, conditioning_scale=1.0, return_dict=False,
+                                         **{n: kwargs[n] for n in names if n in kwargs})
+            return model(controlnet_block_samples=blocks, controlnet_single_block_samples=singles, **kwargs)
+        return call
+
+    return controlnet, with_controlnet
+
+
 class LoopWorkload(Workload):
-    """A random-weight transformer of a named architecture in a plain Euler loop (speed at real size)."""
+    """A random-weight transformer of a named architecture in a plain Euler loop (speed at real size).
+
+    ``controlnet``: (double, single) blocks of a FLUX ControlNet run before the transformer at every step
+    (:data:`CONTROLNET_WORKLOADS`); ``taylor`` and ``speca`` arms forecast its outputs where the transformer surely
+    drafts (:mod:`diffspec.forecast.controlnet`), peers run it every step as their pipelines would.
+    """
 
     mode = "loop"
 
-    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int) -> None:
-        self.name = model
+    def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
+                 controlnet: tuple[int, int] | None = None, name: str | None = None) -> None:
+        self.name = name or model
         self.spec = SPECS[model]
         self.transformer = build_transformer(model, dtype=dtype, device=device)
         self.latents, self.call = make_call(model, batch, dtype=dtype, device=device)
+        self.controlnet: nn.Module | None = None
+        if controlnet is not None:
+            self.controlnet, with_controlnet = _flux_controlnet(self.transformer, controlnet, self.latents)
+            base = self.call
+            self.call = lambda transformer, x, t: base(with_controlnet(transformer), x, t)
         self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
         self.seeds = [0]
         # Euler steps of d(sigma): timesteps in sigma units step as they are, the others are 1000 * sigma
         self.scale = 1.0 if self.spec.family in SIGMA_FAMILIES else 1000.0
 
     def generate(self, seeds: list[int], steps: int | None = None) -> torch.Tensor:
-        ts = timesteps_for(self.name, steps or self.steps, self.device)
+        ts = timesteps_for(self.spec.name, steps or self.steps, self.device)
         ends = torch.cat([ts[1:], ts.new_zeros(1)])
         x = self.latents.clone()
         for t, t_next in zip(ts, ends):
@@ -102,18 +151,36 @@ class LoopWorkload(Workload):
     def quality_seeds(self, n: int) -> list[int]:
         return self.seeds
 
-    def method_arm(self, method: str, config: MethodConfig) -> Arm:
+    def method_arm(self, method: str, config: MethodConfig, forecast_controlnet: bool = True) -> Arm:
+        """``forecast_controlnet=False``: the ControlNet (if any) runs in full at every step."""
         stats = SpecStats(method=method)
         if isinstance(config, SpecaConfig) and not config.calibrated:  # random weights: no calibration file
             config = config.with_fallback()
         hooks = ForecastHooks(self.transformer, config, stats, num_steps_fn=lambda: self.steps)
+        attached: list[ForecastHooks | ControlNetForecast] = [hooks]
+        if self.controlnet is not None and forecast_controlnet:
+            plan = None if ControlNetForecast.applies(config) else hooks.certain_draft
+            attached.append(ControlNetForecast(self.controlnet, config, stats, num_steps_fn=lambda: self.steps,
+                                               plan=plan))
 
         def run(seeds: list[int]) -> torch.Tensor:
-            hooks.reset()
+            for hooks in attached:
+                hooks.reset()
             stats.reset()
             return self.generate(seeds)
 
-        arm = Arm(method, run, enable=hooks.attach, disable=hooks.detach, config=config.to_dict())
+        def enable() -> None:
+            for hooks in attached:
+                hooks.attach()
+
+        def disable() -> None:
+            for hooks in attached:
+                hooks.detach()
+
+        described = config.to_dict()
+        if self.controlnet is not None:
+            described["controlnet"] = "forecast" if len(attached) > 1 else "every step"
+        arm = Arm(method, run, enable=enable, disable=disable, config=described)
         arm.stats_obj = stats  # type: ignore[attr-defined]
         return arm
 
@@ -121,9 +188,16 @@ class LoopWorkload(Workload):
         hw = self.spec.latent_hw
         px = hw * (16 if self.spec.family == "flux" else 8)
         audio = self.spec.family in AUDIO_FAMILIES
-        return {"steps": self.steps, "batch": self.batch, "resolution": None if audio else [px, px],
-                "seeds": self.seeds, "latent_hw": None if audio else hw, "latent_shape": list(self.latents.shape), "text_tokens": self.spec.text_tokens, "guidance_scale": None,
-                "scheduler": "euler (uniform timesteps)"}
+        described = {"steps": self.steps, "batch": self.batch, "resolution": None if audio else [px, px],
+                     "seeds": self.seeds, "latent_hw": None if audio else hw, "latent_shape": list(self.latents.shape),
+                     "text_tokens": self.spec.text_tokens, "guidance_scale": None,
+                     "scheduler": "euler (uniform timesteps)"}
+        if self.controlnet is not None:
+            described["controlnet"] = {"class": type(self.controlnet).__name__,
+                                       "double_blocks": len(self.controlnet.transformer_blocks),
+                                       "single_blocks": len(self.controlnet.single_transformer_blocks),
+                                       "params": sum(p.numel() for p in self.controlnet.parameters())}
+        return described
 
 
 def _relative(path: str) -> str:
@@ -136,10 +210,21 @@ def _relative(path: str) -> str:
         return path
 
 
+def loop_base(model: str) -> str | None:
+    """The transformer spec a loop workload of this name runs (None: a pipeline workload's name or folder)."""
+    if model in SPECS:
+        return model
+    return CONTROLNET_WORKLOADS[model][0] if model in CONTROLNET_WORKLOADS else None
+
+
 def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
                   guidance_scale: float) -> Workload:
     """Pipeline workload for shipped names and local folders, loop workload for architecture names."""
     if model in SPECS:
         return LoopWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch)
+    if model in CONTROLNET_WORKLOADS:
+        base, double, single = CONTROLNET_WORKLOADS[model]
+        return LoopWorkload(base, device=device, dtype=dtype, steps=steps, batch=batch, controlnet=(double, single),
+                            name=model)
     return PipelineWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch,
                             guidance_scale=guidance_scale)

@@ -354,6 +354,33 @@ def timesteps_for(name: str, steps: int, device: str | torch.device = "cpu") -> 
     return torch.linspace(999, 0, steps, device=device).round()
 
 
+def build_flux_controlnet(transformer: nn.Module, double: int, single: int, *, std: float | None = None,
+                          seed: int = 0) -> nn.Module:
+    """A random-weight ``FluxControlNetModel`` of ``double`` + ``single`` blocks shaped for a FLUX ``transformer``.
+
+    Its output projections start at zero (a fresh ControlNet adds nothing): they are drawn with ``std``, or by
+    default ``0.1 / sqrt(fan_in)`` (residuals about a tenth of the stream).
+
+    Example:
+        >>> controlnet = build_flux_controlnet(build_transformer("tiny-flux"), 1, 2)
+        >>> len(controlnet.transformer_blocks), len(controlnet.single_transformer_blocks)
+        (1, 2)
+    """
+    from diffusers import FluxControlNetModel
+
+    cfg = transformer.config
+    torch.manual_seed(seed)
+    controlnet = FluxControlNetModel(
+        patch_size=cfg.patch_size, in_channels=cfg.in_channels, num_layers=double, num_single_layers=single,
+        attention_head_dim=cfg.attention_head_dim, num_attention_heads=cfg.num_attention_heads,
+        joint_attention_dim=cfg.joint_attention_dim, pooled_projection_dim=cfg.pooled_projection_dim,
+        guidance_embeds=cfg.guidance_embeds, axes_dims_rope=list(cfg.axes_dims_rope))
+    with torch.no_grad():
+        for lin in (*controlnet.controlnet_blocks, *controlnet.controlnet_single_blocks, controlnet.controlnet_x_embedder):
+            nn.init.normal_(lin.weight, std=std if std is not None else 0.1 / lin.in_features ** 0.5)
+    return controlnet.eval()
+
+
 def build_random_dit_pipeline(seed: int = 0, num_classes: int = 4) -> Any:
     """A tiny random-weight ``DiTPipeline`` (DiT + AutoencoderKL + DDIM) for tests and examples.
 

@@ -39,8 +39,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         from .vla import action_table
 
         return action_table(doc)
-    rows = ["| method | median s | speedup | target calls | evals | PSNR dB | SSIM | ref. FID | accuracy |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    controlnet = any("controlnet_calls" in run for run in doc["runs"])  # a ControlNet workload: its full calls too
+    rows = ["| method | median s | speedup | target calls | evals |" + (" ControlNet calls |" if controlnet else "")
+            + " PSNR dB | SSIM | ref. FID | accuracy |",
+            "|---|---:|---:|---:|---:|" + ("---:|" if controlnet else "") + "---:|---:|---:|---:|"]
     for run in doc["runs"]:
         q = run["quality"]
         name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
@@ -49,7 +51,8 @@ def markdown_table(doc: dict[str, Any]) -> str:
         rows.append(
             f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
             f"{run['target_calls']}/{run.get('transformer_calls', run['target_calls'])} | {run['target_evals']:.1f} | "
-            f"{_fmt(q['psnr'], '.1f')} | {_fmt(q['ssim'], '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
+            + (f"{run.get('controlnet_calls', '-')} | " if controlnet else "")
+            + f"{_fmt(q['psnr'], '.1f')} | {_fmt(q['ssim'], '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
         )
     return "\n".join(rows)
 

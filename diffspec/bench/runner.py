@@ -74,6 +74,10 @@ def run_arms(workload: Workload, arms: list[Arm], *, device: torch.device, repea
                "speedup_vs_baseline": round(base_median / latency["median"], 3), "quality": quality}
         if stats[arm.name] is not None:
             run["stats"] = stats[arm.name]
+        if "controlnet_per_call" in arm.stats:  # a ControlNet called before the transformer each step
+            units, full = arm.stats["controlnet_per_call"], max(arms[0].stats["controlnet_per_call"])
+            run["controlnet_calls"] = sum(1 for u in units if u >= full)
+            run["controlnet_evals"] = round(sum(units) / full, 3)
         if "compiled_graphs" in arm.stats:
             run["compiled_graphs"] = arm.stats["compiled_graphs"]
         if arm.name in last:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -41,12 +42,17 @@ class Workload:
 
 def count_compute(workload: Workload, arm: Arm, seeds: list[int] | None = None) -> tuple[list[int], torch.Tensor]:
     """One untimed run (of the timed seeds, or ``seeds``) with the compute counter; returns per-call units, output."""
+    controlnet = getattr(workload, "controlnet", None)  # counted apart, into arm.stats["controlnet_per_call"]
+    side = (ComputeCounter(controlnet, [controlnet.transformer_blocks, controlnet.single_transformer_blocks])
+            if controlnet is not None else contextlib.nullcontext())
     arm.enable()
     try:
-        with ComputeCounter(workload.transformer) as counter:
+        with ComputeCounter(workload.transformer) as counter, side as side_counter:
             out = arm.run(workload.seeds if seeds is None else seeds)
     finally:
         arm.disable()
+    if side_counter is not None:
+        arm.stats["controlnet_per_call"] = list(side_counter.per_call)
     return list(counter.per_call), out
 
 

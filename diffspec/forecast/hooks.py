@@ -136,7 +136,7 @@ class ForecastHooks(ModuleForecasts):
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
         self._unbatched = CLASS_UNBATCHED_ARGS.get(type(self.calls.model).__name__, frozenset())  # never sliced
         self._handles: list[Any] = []
-        self._patched: list[nn.Module] = []
+        self._patched: list[tuple[nn.Module, Any]] = []  # (module, the instance forward it had before, or None)
         self._branches: dict[int, _BranchState] = {}
         self._num_steps: int | None = None
         self._branch: _BranchState | None = None
@@ -181,24 +181,28 @@ class ForecastHooks(ModuleForecasts):
             last = len(blocks) - 1
             split = self.verify and li == len(self.block_lists) - 1
             for bi, block in enumerate(blocks):
+                previous = block.__dict__.get("forward")  # e.g. accelerate's offload hook: kept inside, restored
                 block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split,
                                            side_only=name in side_lists)
-                self._patched.append(block)
+                self._patched.append((block, previous))
                 if self.module_ok and self.config.granularity != "block":
                     self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
         for name in INTERLEAVED_MODULES.get(type(self.calls.model).__name__, ()):
             for module in getattr(self.calls.model, name):
+                previous = module.__dict__.get("forward")
                 module.forward = self._wrap_interleaved(module)
-                self._patched.append(module)
+                self._patched.append((module, previous))
 
     def detach(self) -> None:
         """Remove every hook and wrapper; the transformer behaves as if never wrapped."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        for block in self._patched:
-            if "forward" in block.__dict__:
-                del block.forward
+        for module, previous in reversed(self._patched):
+            if previous is not None:
+                module.forward = previous
+            elif "forward" in module.__dict__:
+                del module.forward
         self._patched.clear()
         self.calls.restore()
         self.reset()
@@ -208,6 +212,17 @@ class ForecastHooks(ModuleForecasts):
         self.tracker.reset()
         self._branches.clear()
         self._num_steps = None
+
+    def certain_draft(self, step: int) -> bool:
+        """Whether this transformer's call at ``step`` (the next one) drafts every row of every CFG branch without a
+        check: what a ControlNet called before it may rely on (:mod:`~.controlnet`). False before its first call of
+        a generation."""
+        if not self._branches or self.tracker.step != step - 1:
+            return False
+        sched, n = self.schedule, self._num_steps
+        return all(not forced and since is not None and not sched.forced_full(step, n, since, self._first_step)
+                   and not sched.checked(since)
+                   for branch in self._branches.values() for since, forced in zip(branch.since_full, branch.force_full))
 
     # ----------------------------------------------------------------- transformer hooks
     def _arg(self, name: str, args: tuple, kwargs: dict) -> Any:

@@ -85,8 +85,10 @@ def check_module_support(blocks: list[nn.Module]) -> None:
 
 
 def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_index: int,
-                    own_forward: Callable[[nn.Module, nn.Module], Callable[..., Any]] | None = None) -> list[nn.Module]:
-    """Replace the ``forward`` of ``block``'s forecast submodules on the instance; returns the patched ones.
+                    own_forward: Callable[[nn.Module, nn.Module], Callable[..., Any]] | None = None
+                    ) -> list[tuple[nn.Module, Any]]:
+    """Replace the ``forward`` of ``block``'s forecast submodules on the instance; returns the patched ones, each with
+    the ``forward`` it had on the instance before (None: its class's), to restore on detach.
 
     ``own_forward(block, sub)``: what the wrapper runs as ``sub``'s own forward (default ``sub.forward``;
     ``CompiledCalls.submodule_forward`` compiles it under regional compilation).
@@ -95,9 +97,10 @@ def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_i
     for name in MODULE_SPECS.get(type(block).__name__, ()):
         sub = getattr(block, name, None)
         if isinstance(sub, nn.Module):
+            previous = sub.__dict__.get("forward")  # an instance forward already there (accelerate's offload hook)
             original = own_forward(block, sub) if own_forward else sub.forward
             sub.forward = _module_forward(host, original, list_index, f"m{block_index}.{name}")
-            patched.append(sub)
+            patched.append((sub, previous))
     return patched
 
 

@@ -11,6 +11,7 @@ from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.blocks import SUPPORTED_TRANSFORMERS
 from ..forecast.calibrate import resolve_replay, resolve_thresholds
 from ..forecast.compile import compile_blocks
+from ..forecast.controlnet import ControlNetForecast
 from ..forecast.hooks import ForecastHooks
 from ..forecast.steps import INCREASING_TIMESTEPS, StepTracker
 
@@ -34,7 +35,9 @@ class ForecastPipeline(SpeculativePipeline):
     """A diffusers pipeline whose transformer forecasts block outputs on most steps.
 
     Every transformer of :data:`DENOISERS` the pipeline has is forecast (Wan 2.2 A14B's two experts: each
-    starts with its own warmup where it takes over), with one :class:`~diffspec.stats.SpecStats` for all.
+    starts with its own warmup where it takes over), with one :class:`~diffspec.stats.SpecStats` for all. A
+    ``controlnet`` component runs in full only on the transformer's full steps (with a verified ``speca``: also on its
+    checked drafts) and its outputs are forecast on the others (:mod:`diffspec.forecast.controlnet`).
 
     Example:
         >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", interval=5)  # doctest: +SKIP
@@ -59,6 +62,13 @@ class ForecastPipeline(SpeculativePipeline):
         self.hooks = {name: ForecastHooks(model, config, self.stats, num_steps_fn=self._num_steps, tracker=tracker)
                       for name, model in models}
         """One :class:`~diffspec.forecast.hooks.ForecastHooks` per denoiser, by component name."""
+        controlnet = getattr(pipe, "controlnet", None)
+        plan = None if ControlNetForecast.applies(config) else self.hooks[models[0][0]].certain_draft
+        self.controlnet_forecast = (
+            ControlNetForecast(controlnet, config, self.stats, num_steps_fn=self._num_steps,
+                               increasing=tracker.increasing, plan=plan)
+            if isinstance(controlnet, nn.Module) else None)
+        """Forecasts ``pipe.controlnet``'s outputs where the transformer surely drafts (None: no ControlNet)."""
         self.enable()
 
     def _num_steps(self) -> int | None:
@@ -98,17 +108,20 @@ class ForecastPipeline(SpeculativePipeline):
             compile_blocks(model, **compile_kwargs)
         return self
 
+    def _attached(self) -> list[ForecastHooks | ControlNetForecast]:
+        return [*self.hooks.values(), *([self.controlnet_forecast] if self.controlnet_forecast else [])]
+
     def enable(self) -> None:
-        for hooks in self.hooks.values():
+        for hooks in self._attached():
             hooks.attach()
         super().enable()
 
     def disable(self) -> None:
-        for hooks in self.hooks.values():
+        for hooks in self._attached():
             hooks.detach()
         super().disable()
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
-        for hooks in self.hooks.values():
+        for hooks in self._attached():
             hooks.reset()
         return self.pipe(*args, **kwargs)

@@ -34,6 +34,8 @@
 #            dit-xl-2-256 and pixart-1024, 50 steps; speca-replay replays the trained tiny-dit's calibration  ~8-9 min
 #   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
+#   flux-cn  issue 4: dit-cache on FLUX-size 1024^2 (28 steps) with a 5 + 10 block FLUX ControlNet called every step:
+#            taylor forecasting the ControlNet's outputs vs the ControlNet every step vs diffusers' TaylorSeer  ~5 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
@@ -81,6 +83,11 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       timeout 240 python3 -m diffspec bench dit-cache --model flux-1024 --device cuda --steps 50 \
         --methods taylor,speca,diffusers-taylorseer --repeats 2 --warmup 1 --compile none \
         --out "$OUT/dit-cache-flux-1024-$gpu-eager.json"
+      ;;
+    flux-cn)
+      timeout 420 python3 -m diffspec bench dit-cache --model flux-1024-controlnet --device cuda --steps 28 \
+        --methods taylor,taylor-controlnet-every-step,speca,diffusers-taylorseer,fewer-steps --repeats 2 \
+        --warmup 1 --out "$OUT/dit-cache-flux-1024-controlnet-$gpu.json"
       ;;
     mm)
       timeout 570 python3 -m diffspec bench multimodal-cost --device cuda --repeats 5 --warmup 2 \

@@ -219,3 +219,28 @@ def test_loop_workload_reports_no_pixel_resolution_for_audio(model, audio):
     described = workload.describe()
     assert described["latent_shape"] == list(workload.latents.shape)
     assert (described["resolution"] is None) == audio and (described["latent_hw"] is None) == audio
+
+
+def test_controlnet_workload_counts_controlnet_calls_per_arm(tmp_path):
+    """tiny-flux-controlnet: a FLUX ControlNet runs before the transformer at every step. ``taylor`` forecasts its
+    outputs on its draft steps (as many ControlNet calls as full steps), ``speca`` before its unchecked drafts, the
+    reference arm and the peers run it every step; the arm is only known on a ControlNet workload."""
+    methods = ["taylor", "speca", "taylor-controlnet-every-step", "diffusers-taylorseer", "fewer-steps"]
+    doc = run_bench("dit-cache", out=tmp_path / "r.json", model="tiny-flux-controlnet", steps=12, repeats=1,
+                    warmup=0, methods=methods, show_progress=False)
+    runs = {r["method"]: r for r in doc["runs"]}
+    k = full_steps_of(ForecastConfig(), 12)
+    assert doc["workload"]["controlnet"]["double_blocks"] == 1 and runs["baseline"]["controlnet_calls"] == 12
+    assert runs["taylor"]["controlnet_calls"] == runs["taylor"]["target_calls"] == k
+    assert runs["taylor"]["config"]["controlnet"] == "forecast"
+    reference = runs["taylor-controlnet-every-step"]
+    assert reference["controlnet_calls"] == 12 and reference["config"]["controlnet"] == "every step"
+    assert reference["target_calls"] == k and not reference["peer"]
+    assert runs["diffusers-taylorseer"]["controlnet_calls"] == 12 and runs["fewer-steps"]["controlnet_calls"] == k
+    # the gated speca: the ControlNet runs on full and checked steps, and is forecast before its unchecked drafts
+    speca = runs["speca"]
+    assert speca["stats"]["extra"]["controlnet_forecast"] == 12 - speca["controlnet_calls"] > 0
+    assert 40 < runs["taylor"]["quality"]["psnr"] < 100 and 40 < reference["quality"]["psnr"] < 100
+    with pytest.raises(ValueError, match="unknown method"):
+        run_bench("dit-cache", model="tiny-flux", steps=4, repeats=1, methods=["taylor-controlnet-every-step"],
+                  show_progress=False)

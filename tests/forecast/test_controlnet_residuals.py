@@ -9,10 +9,9 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 import diffspec.forecast.hooks as hooks_module
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
+from diffspec.bench.models import build_flux_controlnet, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.blocks import BETWEEN_BLOCK_ARGS, find_block_lists
 from diffspec.forecast.hooks import ForecastHooks
@@ -167,22 +166,11 @@ def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(scale_row_er
 def test_through_a_tiny_flux_controlnet(monkeypatch):
     """The residuals of a real (tiny, random) FluxControlNetModel, called on the current latents at every step as
     FluxControlNetPipeline calls it (one double sample for two double blocks, three single samples)."""
-    from diffusers import FluxControlNetModel
-
     name = "tiny-flux"
     model = build_transformer(name)
     x0, call = make_call(name, batch=2)
     ts = timesteps_for(name, STEPS)
-    cfg = model.config
-    torch.manual_seed(0)
-    controlnet = FluxControlNetModel(
-        patch_size=1, in_channels=cfg.in_channels, num_layers=1, num_single_layers=3,
-        attention_head_dim=cfg.attention_head_dim, num_attention_heads=cfg.num_attention_heads,
-        joint_attention_dim=cfg.joint_attention_dim, pooled_projection_dim=cfg.pooled_projection_dim,
-        axes_dims_rope=list(cfg.axes_dims_rope)).eval()
-    with torch.no_grad():  # its output projections start at zero: make them add something
-        for lin in (*controlnet.controlnet_blocks, *controlnet.controlnet_single_blocks, controlnet.controlnet_x_embedder):
-            nn.init.normal_(lin.weight, std=0.3)
+    controlnet = build_flux_controlnet(model, 1, 3, std=0.3)
     cond = torch.randn(x0.shape, generator=torch.Generator().manual_seed(5))
     seen = {}
 

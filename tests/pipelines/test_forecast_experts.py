@@ -4,6 +4,7 @@ the pipeline's step count, each with its own warmup from the step it takes over.
 
 import pytest
 import torch
+from forecast_checks import record_runs
 
 from diffspec import SpeculativePipeline
 from diffspec.bench.models import build_transformer, make_call, timesteps_for
@@ -31,13 +32,8 @@ def _run(pipe, seed=0):
 def _block_runs(pipe):
     """Per expert: for each of its calls, whether its first block's feed-forward ran (a full call) or not (a draft;
     the block itself is still called, its wrapper returning the forecast)."""
-    runs = {"transformer": [], "transformer_2": []}
-    handles = []
-    for name, log in runs.items():
-        model = getattr(pipe, name)
-        handles.append(model.register_forward_pre_hook(lambda *_, log=log: log.append(False)))
-        handles.append(model.blocks[0].ffn.register_forward_pre_hook(lambda *_, log=log: log.__setitem__(-1, True)))
-    return runs, handles
+    experts = {name: getattr(pipe, name) for name in ("transformer", "transformer_2")}
+    return record_runs(experts, lambda model: model.blocks[0].ffn)
 
 
 def test_both_wan22_experts_forecast_each_with_its_own_warmup(wan22):
@@ -46,12 +42,8 @@ def test_both_wan22_experts_forecast_each_with_its_own_warmup(wan22):
     assert 0 < high < STEPS - 4  # both experts have steps (3 and 9 at shift 3)
     spec = SpeculativePipeline.from_pipe(wan22, method="taylor", interval=3, warmup=2)
     assert set(spec.hooks) == {"transformer", "transformer_2"}
-    runs, handles = _block_runs(wan22)
-    try:
+    with _block_runs(wan22) as runs:
         out = _run(spec)
-    finally:
-        for h in handles:
-            h.remove()
     # two CFG calls per step; the schedule of each expert counts from the step it takes over
     sched = Schedule(2, 3)
     expected, since = [], None
@@ -79,12 +71,8 @@ def test_wan22_interval_one_is_bit_identical_and_speca_forecasts_the_low_noise_e
     assert torch.equal(_run(spec).frames, baseline)
     spec.disable()
     spec = SpeculativePipeline.from_pipe(wan22, method="speca", tau0=float("inf"), k_max=3, k_min=1, warmup=2)
-    runs, handles = _block_runs(wan22)
-    try:
+    with _block_runs(wan22) as runs:
         out = _run(spec)
-    finally:
-        for h in handles:
-            h.remove()
     spec.disable()
     assert torch.isfinite(out.frames).all() and not all(runs["transformer_2"]) and all(runs["transformer_2"][:4])
 
@@ -137,3 +125,14 @@ def test_a_shared_tracker_counts_the_steps_of_conditional_and_unconditional_tran
 def test_a_shared_tracker_must_read_timesteps_one_way():
     with pytest.raises(ValueError, match="increasing"):
         ForecastHooks(build_transformer("tiny-ideogram4"), ForecastConfig(), SpecStats(), tracker=StepTracker())
+
+
+def test_compile_covers_both_experts():
+    pipe = build_tiny_pipeline("tiny-wan22")
+    spec = SpeculativePipeline.from_pipe(pipe, method="taylor", interval=3, warmup=2)
+    eager = _run(spec).frames
+    assert spec.compile(backend="eager") is spec
+    for model in (pipe.transformer, pipe.transformer_2):
+        assert all(b._compiled_call_impl is not None for b in model.blocks)
+    torch.testing.assert_close(_run(spec).frames, eager, rtol=1e-4, atol=1e-5)
+    spec.disable()
