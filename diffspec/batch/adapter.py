@@ -1,7 +1,8 @@
 """How a batch of items becomes one call of a diffusers pipeline, and its output a list of arrays.
 
 Works from the pipeline's ``__call__`` signature, so any text-to-image, text-to-video or
-class-conditional pipeline (DiT) is driven the same way: items that set a field the pipeline does
+class-conditional pipeline (DiT), and those taking an input ``image`` or a ControlNet ``control_image``, is driven the
+same way: items that set a field the pipeline does
 not take (``num_frames`` for an image pipeline, ``class_label`` for a text one) are refused before
 the run starts, naming the line.
 
@@ -23,7 +24,8 @@ import torch
 from .items import GenItem, ItemError
 
 _CALL_FIELDS = {"negative_prompt": "negative_prompt", "height": "height", "width": "width",
-                "num_frames": "num_frames", "guidance_scale": "guidance_scale"}
+                "num_frames": "num_frames", "guidance_scale": "guidance_scale", "image": "image",
+                "control_image": "control_image"}
 """Item field → pipeline ``__call__`` argument (when the item sets it)."""
 
 NEGATIVE_PROMPT_REQUIRED = ("EasyAnimatePipeline",)
@@ -55,6 +57,13 @@ def class_id(pipe: Any, label: str | int) -> int:
 def _label(item: GenItem) -> str | int:
     """An item's class: its ``class_label``, else its prompt (a class name in prompt files)."""
     return item.class_label if item.class_label is not None else item.prompt or ""
+
+
+def _load_image(path: str) -> Any:
+    """An input image file as an RGB PIL image (EXIF orientation applied, as diffusers' ``load_image``)."""
+    from diffusers.utils import load_image
+
+    return load_image(path)
 
 
 class PipelineAdapter:
@@ -95,7 +104,7 @@ class PipelineAdapter:
     def batch_key(item: GenItem) -> tuple[Any, ...]:
         """Items with equal keys can share one pipeline call."""
         return (item.steps, item.negative_prompt is None, item.height, item.width, item.num_frames,
-                item.guidance_scale)
+                item.guidance_scale, item.image, item.control_image)  # one input image per call
 
     def kwargs(self, items: Sequence[GenItem]) -> dict[str, Any]:
         """Call arguments for ``items`` (which share :meth:`batch_key`); one CPU generator per item."""
@@ -113,6 +122,8 @@ class PipelineAdapter:
         for field in ("height", "width", "num_frames", "guidance_scale"):
             if getattr(first, field) is not None:
                 kw[field] = getattr(first, field)
+        for arg, path in first.input_images().items():  # shared by the batch (batch_key)
+            kw[arg] = _load_image(path)
         return kw
 
     def outputs(self, result: Any) -> list[np.ndarray]:

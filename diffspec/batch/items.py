@@ -6,6 +6,7 @@ lines and ``#`` lines are skipped)::
     {"id": "fox", "prompt": "a red fox in the snow", "seed": 7, "steps": 30, "height": 480, "width": 832,
      "num_frames": 33, "method": "speca", "config": {"k_max": 6}}
     {"class_label": "circle", "method": "none"}
+    {"prompt": "a fox, canny edges", "control_image": "edges/fox.png"}
 
 Every field but ``prompt`` (or ``class_label``) is optional; missing ones take the command-line
 defaults (``--steps``, ``--method``, ``--set``, ...). A plain text file holds one prompt (or class
@@ -21,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
@@ -39,6 +41,9 @@ FIELDS: dict[str, str] = {
     "num_frames": "video frames (>= 1; alias: frames)",
     "fps": "video frames per second in the written file (>= 1)",
     "guidance_scale": "classifier-free guidance scale",
+    "image": "input image file, the pipeline's `image` (image-to-video, image-to-image, edit pipelines); a relative "
+             "path starts at the prompt file's folder",
+    "control_image": "ControlNet conditioning image file, the pipeline's `control_image` (same path rule)",
     "method": "acceleration method, or 'none'",
     "config": "method config overrides, e.g. {\"interval\": 4}",
 }
@@ -93,6 +98,8 @@ class GenItem:
     num_frames: int | None = None
     fps: int | None = None
     guidance_scale: float | None = None
+    image: str | None = None  # resolved path of the pipeline's `image`
+    control_image: str | None = None  # resolved path of the pipeline's `control_image`
 
     @property
     def where(self) -> str:
@@ -104,8 +111,24 @@ class GenItem:
         out = {"id": self.id, "prompt": self.prompt, "class_label": self.class_label, "seed": self.seed,
                "steps": self.steps, "method": self.method, "overrides": self.overrides,
                "negative_prompt": self.negative_prompt, "height": self.height, "width": self.width,
-               "num_frames": self.num_frames, "fps": self.fps, "guidance_scale": self.guidance_scale}
+               "num_frames": self.num_frames, "fps": self.fps, "guidance_scale": self.guidance_scale,
+               **{name: image_identity(path) for name, path in self.input_images().items()}}
         return {k: v for k, v in out.items() if v is not None and v != {}}
+
+    def input_images(self) -> dict[str, str]:
+        """The pipeline arguments this item gives an image file for: argument -> path."""
+        return {k: v for k, v in (("image", self.image), ("control_image", self.control_image)) if v is not None}
+
+
+def image_identity(path: str | Path) -> dict[str, str]:
+    """An input image in an item's key: its file name and a hash of its bytes (not its folder, so a moved prompt
+    folder keys the same, as :func:`model_identity` does for models; a changed image keys anew)."""
+    return {"file": Path(path).name, "sha256": _file_digest(str(Path(path).resolve()))}
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -123,11 +146,24 @@ def _str(where: str, name: str, value: Any) -> str:
     return value
 
 
-def parse_item(obj: Any, *, index: int, line: int, defaults: ItemDefaults) -> GenItem:
+def _image_path(where: str, name: str, value: Any, base: Path | None) -> str:
+    path = Path(_str(where, name, value)).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    if not path.is_file():
+        raise ItemError(f"{where}: field {name!r}={value!r} is not a file ({path}; a relative path starts at "
+                        f"{'the prompt file' if base else 'the working'} folder)")
+    return str(path)
+
+
+def parse_item(obj: Any, *, index: int, line: int, defaults: ItemDefaults, base: Path | None = None) -> GenItem:
     """Validate one decoded JSONL object into a :class:`GenItem` (types and ranges, not config values).
 
+    ``base``: the folder relative image paths start at (the prompt file's; default the working folder).
+
     Raises:
-        ItemError: not an object, an unknown field, a wrong type, or neither/both of prompt and class_label.
+        ItemError: not an object, an unknown field, a wrong type, neither/both of prompt and class_label, or an
+            image field naming no file.
     """
     where = f"line {line}"
     if not isinstance(obj, dict):
@@ -166,6 +202,7 @@ def parse_item(obj: Any, *, index: int, line: int, defaults: ItemDefaults) -> Ge
         negative_prompt=None if negative is None else _str(where, "negative_prompt", negative),
         height=opt_int("height"), width=opt_int("width"), num_frames=opt_int("num_frames"), fps=opt_int("fps"),
         guidance_scale=None if guidance is None else float(guidance),
+        **{name: _image_path(where, name, obj[name], base) for name in ("image", "control_image") if name in obj},
     )
 
 
@@ -204,7 +241,7 @@ def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies
         else:
             obj = {"prompt": text}
         entries.append((number, obj))
-    return expand(entries, defaults, copies=copies)
+    return expand(entries, defaults, copies=copies, base=path.parent)
 
 
 def items_from_prompts(prompts: list[str], defaults: ItemDefaults | None = None, *, copies: int = 1) -> list[GenItem]:
@@ -212,12 +249,13 @@ def items_from_prompts(prompts: list[str], defaults: ItemDefaults | None = None,
     return expand([(0, {"prompt": p}) for p in prompts], defaults or ItemDefaults(), copies=copies)
 
 
-def expand(entries: list[tuple[int, Any]], defaults: ItemDefaults, *, copies: int = 1) -> list[GenItem]:
-    """Parse ``(line, object)`` entries, ``copies`` outputs each; ids must be unique."""
+def expand(entries: list[tuple[int, Any]], defaults: ItemDefaults, *, copies: int = 1,
+           base: Path | None = None) -> list[GenItem]:
+    """Parse ``(line, object)`` entries, ``copies`` outputs each; ids must be unique. ``base``: see :func:`parse_item`."""
     items: list[GenItem] = []
     seen: dict[str, int] = {}
     for line, obj in entries:
-        first = parse_item(obj, index=len(items), line=line, defaults=defaults)
+        first = parse_item(obj, index=len(items), line=line, defaults=defaults, base=base)
         has_seed = isinstance(obj, dict) and "seed" in obj
         for k in range(copies):
             item = first

@@ -92,9 +92,12 @@ def _stats_fields(stats: Any, method: str) -> dict[str, Any]:
         return {"full_steps": None, "forecast_steps": None, "target_calls": None, "acceptance": None,
                 "step_speedup": 1.0 if method == "none" else None}
     full, forecast = stats.full_steps, stats.forecast_steps
-    return {"full_steps": full, "forecast_steps": forecast, "target_calls": stats.target_calls,
-            "acceptance": stats.acceptance_rate if stats.proposed else None,
-            "step_speedup": (full + forecast) / full if full else None}
+    fields = {"full_steps": full, "forecast_steps": forecast, "target_calls": stats.target_calls,
+              "acceptance": stats.acceptance_rate if stats.proposed else None,
+              "step_speedup": (full + forecast) / full if full else None}
+    if "controlnet_full" in stats.extra:  # the pipeline's ControlNet, run in full only where the transformer was
+        fields["controlnet_calls"] = stats.extra["controlnet_full"]
+    return fields
 
 
 class _Run:

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -107,6 +108,45 @@ def test_videos_flags_are_refused_for_an_image_pipeline(tmp_path, dit_dir, capsy
     items = _items(tmp_path, {"class_label": 0, "num_frames": 5})
     assert main(["generate", "--model", str(dit_dir), "--prompt-file", str(items), "--out", str(tmp_path / "o")]) == 2
     assert "line 1: field 'num_frames' is not an argument of DiTPipeline" in _error(capsys)
+
+
+def test_an_image_field_is_refused_for_a_pipeline_without_that_argument(tmp_path, dit_dir, capsys):
+    from diffspec.batch import write_image
+
+    write_image(tmp_path / "edges.png", np.zeros((8, 8, 3), np.uint8))
+    items = _items(tmp_path, {"class_label": 0, "control_image": "edges.png"})
+    assert main(["generate", "--model", str(dit_dir), "--prompt-file", str(items), "--out", str(tmp_path / "o")]) == 2
+    assert "line 1: field 'control_image' is not an argument of DiTPipeline" in _error(capsys)
+
+
+def test_a_controlnet_pipeline_takes_each_items_control_image(tmp_path, capsys):
+    """A tiny random-weight FluxControlNetPipeline saved locally: items with different control images run (one call
+    per image), with taylor forecasting the ControlNet too; the image changes the output, and a rerun skips both."""
+    from diffusers import FluxControlNetPipeline
+
+    from diffspec.batch import write_image
+    from diffspec.bench.models import build_flux_controlnet
+    from diffspec.models.tiny_pipelines import build_tiny_pipeline
+
+    flux = build_tiny_pipeline("tiny-flux")
+    controlnet = build_flux_controlnet(flux.transformer, 1, 2, std=0.3)
+    FluxControlNetPipeline(**flux.components, controlnet=controlnet).save_pretrained(tmp_path / "cn")
+    gen = np.random.default_rng(0)
+    for name in ("a", "b"):
+        write_image(tmp_path / f"{name}.png", gen.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+    items = _items(tmp_path, {"id": "a", "prompt": "a fox", "control_image": "a.png", "seed": 3},
+                   {"id": "b", "prompt": "a fox", "control_image": "b.png", "seed": 3})
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(tmp_path / "cn"), "--prompt-file", str(items), "--height", "16", "--width", "16",
+            "--steps", "8", "--set", "warmup=2", "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    records = {r["id"]: r for r in _merged(out)}
+    assert all(r["status"] == "ok" for r in records.values())
+    assert records["a"]["control_image"]["file"] == "a.png" and records["a"]["sha256"] != records["b"]["sha256"]
+    assert records["a"]["controlnet_calls"] == records["a"]["full_steps"] < 8  # the ControlNet forecast as well
+    assert main(argv) == 0
+    assert "0 generated, 2 already done" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -199,3 +199,32 @@ def test_pipelines_that_need_a_negative_prompt_get_an_empty_one():
     assert "negative_prompt" not in PipelineAdapter(other()).kwargs(items)
     items = [dataclasses.replace(it, negative_prompt="dark") for it in items]
     assert PipelineAdapter(easy()).kwargs(items)["negative_prompt"] == ["dark", "dark"]
+
+
+def test_image_fields_resolve_from_the_prompt_file_and_key_by_content(tmp_path):
+    """``image`` / ``control_image`` name files, relative to the prompt file's folder; the key holds the file's name
+    and a hash of its bytes: the same images in a moved folder key the same, a changed image keys anew."""
+    for folder in ("a", "b"):
+        (tmp_path / folder / "edges").mkdir(parents=True)
+        write_image(tmp_path / folder / "edges" / "fox.png", np.zeros((8, 8, 3), np.uint8))
+    keys = []
+    for folder in ("a", "b"):
+        path = _jsonl(tmp_path / folder, '{"prompt": "a fox", "control_image": "edges/fox.png", "seed": 1}')
+        (item,) = read_items(path)
+        assert item.control_image == str(tmp_path / folder / "edges" / "fox.png") and item.image is None
+        assert item.input_images() == {"control_image": item.control_image}
+        keys.append(_key(item))
+    assert keys[0] == keys[1]
+    write_image(tmp_path / "b" / "edges" / "fox.png", np.full((8, 8, 3), 255, np.uint8))
+    from diffspec.batch.items import _file_digest
+
+    _file_digest.cache_clear()
+    (item,) = read_items(tmp_path / "b" / "items.jsonl")
+    assert _key(item) != keys[0] and item.fields()["control_image"]["file"] == "fox.png"
+
+
+@pytest.mark.parametrize("value, needle", [('"missing.png"', "is not a file"), ("3", "must be a string")])
+def test_a_bad_image_field_names_the_line(tmp_path, value, needle):
+    path = _jsonl(tmp_path, '{"prompt": "a"}', f'{{"prompt": "b", "image": {value}}}')
+    with pytest.raises(ItemError, match=f"line 2: field 'image'.*{needle}"):
+        read_items(path)
