@@ -114,6 +114,25 @@ def build_tiny_wan22(seed: int = 0) -> Any:
     return pipe
 
 
+def build_tiny_wan22_i2v(seed: int = 0) -> Any:
+    """``WanImageToVideoPipeline`` in Wan 2.2 I2V A14B's form: no image encoder, two 3-block experts reading the noisy
+    latents, the first frame's latents and a 4-channel frame mask (``in_channels`` 12), ``transformer_2`` below
+    ``boundary_ratio = 0.9``; the :func:`build_tiny_wan` VAE, encoder and scheduler. Calls need an ``image``. Its
+    prompt cleaning calls ``ftfy`` whether or not it is installed (diffusers 0.42), so prompts need ``ftfy``.
+    """
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanImageToVideoPipeline, WanTransformer3DModel
+
+    config = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=12, out_channels=4,
+                  text_dim=24, freq_dim=32, ffn_dim=64, num_layers=3, rope_max_seq_len=32)
+    torch.manual_seed(seed)
+    high = WanTransformer3DModel(**config).eval()
+    torch.manual_seed(seed + 1)
+    low = WanTransformer3DModel(**config).eval()
+    return WanImageToVideoPipeline(tokenizer=build_word_tokenizer(), text_encoder=_t5_encoder(24, umt5=True),
+                                   vae=_wan_vae(), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+                                   transformer=high, transformer_2=low, boundary_ratio=0.9)
+
+
 def build_tiny_skyreelsv2(seed: int = 0) -> Any:
     """``SkyReelsV2Pipeline`` (text to video): 2-block ``SkyReelsV2Transformer3DModel`` (T2V: no image
     embedder, no fps embedding), the Wan builder's 4-channel ``AutoencoderKLWan`` (8x spatial, 4x
@@ -505,6 +524,7 @@ TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
     "tiny-flux": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
+    "tiny-wan22-i2v": build_tiny_wan22_i2v,
     "tiny-cogvideox": build_tiny_cogvideox,
     "tiny-ltx": build_tiny_ltx,
     "tiny-hunyuanvideo": build_tiny_hunyuanvideo,

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ from diffspec.models.tiny_pipelines import TINY_PIPELINES, build_word_tokenizer,
 
 # family → (height, width, frames): sizes the family's VAE and patching accept (Allegro's VAE decodes
 # 24-frame, 128-pixel tiles only)
-SHAPES = {"tiny-wan": (32, 32, 5), "tiny-wan22": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
+SHAPES = {"tiny-wan": (32, 32, 5), "tiny-wan22": (32, 32, 5), "tiny-wan22-i2v": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
           "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5), "tiny-mochi": (32, 32, 7),
           "tiny-allegro": (128, 128, 24), "tiny-easyanimate": (32, 32, 5)}
 IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),
@@ -20,18 +21,24 @@ IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": 
                 "tiny-hidream": (256, 256)}
 
 
+IMAGE_INPUT = {"tiny-wan22-i2v"}
+"""Pipelines whose calls need an ``image`` (the items give one)."""
+
+
 @pytest.fixture
 def ftfy_or_identity(monkeypatch):
-    """SkyReelsV2Pipeline cleans prompts with ``ftfy.fix_text`` without checking that ftfy is installed
-    (WanPipeline checks); where it is not, the identity stands in (what fix_text does to plain ASCII)."""
+    """SkyReelsV2Pipeline and WanImageToVideoPipeline clean prompts with ``ftfy.fix_text`` without checking that
+    ftfy is installed (WanPipeline checks); where it is not, the identity stands in (what fix_text does to plain
+    ASCII)."""
     import importlib.util
     import types
 
     if importlib.util.find_spec("ftfy") is None:
         from diffusers.pipelines.skyreels_v2 import pipeline_skyreels_v2
+        from diffusers.pipelines.wan import pipeline_wan_i2v
 
-        monkeypatch.setattr(pipeline_skyreels_v2, "ftfy", types.SimpleNamespace(fix_text=lambda text: text),
-                            raising=False)
+        for module in (pipeline_skyreels_v2, pipeline_wan_i2v):
+            monkeypatch.setattr(module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +72,13 @@ def test_generate_videos_with_taylor_and_speca(tmp_path, name, capsys, ftfy_or_i
     folder = save_tiny_pipeline(name, tmp_path / name)
     height, width, frames = SHAPES[name]
     items = tmp_path / "items.jsonl"
-    items.write_text("\n".join(json.dumps(o) for o in [
+    image = {}
+    if name in IMAGE_INPUT:  # the first frame, from the prompt file's folder
+        from diffspec.batch import write_image
+
+        write_image(tmp_path / "first.png", np.random.default_rng(0).integers(0, 256, (height, width, 3), np.uint8))
+        image = {"image": "first.png"}
+    items.write_text("\n".join(json.dumps({**o, **image}) for o in [
         {"id": "t", "prompt": "a red fox runs in the snow", "method": "taylor", "config": {"warmup": 2}},
         {"id": "s", "prompt": "a cat sits", "method": "speca", "config": {"warmup": 2}, "fps": 8},
         {"id": "n", "prompt": "a boat", "method": "none", "steps": 3},
