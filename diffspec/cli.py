@@ -131,11 +131,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .forecast.calibrate import calibrate_model
 
+    prompts = None
+    if args.prompt_file is not None:
+        if not args.prompt_file.is_file():
+            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} does not exist")
+        prompts = [line.strip() for line in args.prompt_file.read_text(encoding="utf-8").splitlines()
+                   if line.strip() and not line.strip().startswith("#")]
+        if not prompts:
+            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} holds no prompt (one per line)")
+    sizes = {k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.num_frames))
+             if v is not None}
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
                                    device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
                                    out=args.out, overrides=parse_overrides(args.set),
                                    schedules=args.schedules,
-                                   schedule_granularities=args.schedule_granularities.split(","))
+                                   schedule_granularities=args.schedule_granularities.split(","),
+                                   prompts=prompts, call_kwargs=sizes or None)
     verdict = "reached" if record["reached"] else "NOT reached (best PSNR kept)"
     print(f"speca thresholds: tau0={record['tau0']:.4g} beta={record['beta']:g} tau_min={record['tau_min']:g}; "
           f"target {record['target_psnr']} dB {verdict}: {record['psnr']} dB with {record['full_steps']}/"
@@ -293,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--schedule-granularities", default="block", metavar="G,G",
                      help="granularities to search the schedules at: block, module (default block)")
     cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json, made if missing (default: the model's)")
+    cal.add_argument("--prompt-file", type=Path, default=None,
+                     help="text-conditioned models: calibration prompts, one per line (default: eight built-in ones)")
+    cal.add_argument("--height", type=_positive, default=None, help="text-conditioned models: image height")
+    cal.add_argument("--width", type=_positive, default=None, help="text-conditioned models: image width")
+    cal.add_argument("--num-frames", type=_positive, default=None, help="video models: frames")
     cal.set_defaults(func=cmd_calibrate)
 
     td = sub.add_parser("train-drafter", help="self-distil a LANTERN (EAGLE) drafter for an AR image model")

@@ -27,26 +27,46 @@ from .quality import psnr, ssim
 from .timing import Arm
 from .workload import Workload
 
+DEFAULT_PROMPTS = (
+    "a red fox standing in fresh snow, morning light", "a bowl of ramen on a wooden table, steam rising",
+    "an old lighthouse on a cliff during a storm", "a portrait of an astronaut with a reflective visor",
+    "a street market in Marrakech at dusk, lanterns", "a watercolor painting of a mountain lake",
+    "a macro photo of a dragonfly on a leaf", "a futuristic city skyline with flying trains",
+)
+"""Prompts a text-conditioned pipeline workload cycles through, seed by seed (``prompts`` overrides them)."""
+
 
 class PipelineWorkload(Workload):
-    """A trained ``DiTPipeline`` (shipped ``tiny-dit`` or a local folder), images in [0, 1]."""
+    """A diffusers pipeline folder (shipped ``tiny-dit`` or local), outputs in [0, 1].
+
+    Class-conditional pipelines (``DiTPipeline``) draw class ``seed % classes`` and are scored against the shipped
+    shape classifier (reference FID, accuracy); text-conditioned ones (FLUX, SD3, Wan...) take ``prompts[seed %
+    len(prompts)]`` and ``call_kwargs`` (``height``, ``width``, ``num_frames``) and are scored by PSNR/SSIM against
+    the full run only (video frames count as images).
+    """
 
     mode = "pipeline"
 
     def __init__(self, model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
-                 guidance_scale: float) -> None:
+                 guidance_scale: float, prompts: list[str] | None = None,
+                 call_kwargs: dict[str, Any] | None = None) -> None:
         from ..models import load_pipeline
 
         self.name = model
         self.pipe = load_pipeline(model, dtype=dtype, device=device)
-        if not hasattr(self.pipe, "get_label_ids"):
-            raise ValueError(f"dit-cache pipeline workload needs a class-conditional DiTPipeline; {model!r} "
-                             f"is a {type(self.pipe).__name__}")
+        self.class_conditional = hasattr(self.pipe, "get_label_ids")
+        if getattr(self.pipe, "transformer", None) is None:
+            raise ValueError(f"dit-cache pipeline workload needs a transformer pipeline; {model!r} is a "
+                             f"{type(self.pipe).__name__} without a `transformer`")
+        if self.class_conditional and (prompts or call_kwargs):
+            raise ValueError(f"{type(self.pipe).__name__} is class-conditional: prompts and sizes do not apply")
         self.pipe.set_progress_bar_config(disable=True)
         self.transformer = self.pipe.transformer
         self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
         self.guidance_scale = guidance_scale
         self.num_classes = len(self.pipe.labels) if getattr(self.pipe, "labels", None) else 1000
+        self.prompts = list(prompts or DEFAULT_PROMPTS)
+        self.call_kwargs = dict(call_kwargs or {})
         self.seeds = list(range(batch))
 
     def labels_for(self, seeds: list[int]) -> list[int]:
@@ -54,10 +74,12 @@ class PipelineWorkload(Workload):
 
     def generate(self, seeds: list[int], steps: int | None = None, pipe: Any = None) -> torch.Tensor:
         generators = [torch.Generator(self.device).manual_seed(s) for s in seeds]
-        out = (pipe or self.pipe)(class_labels=self.labels_for(seeds), generator=generators,
-                                  num_inference_steps=steps or self.steps, guidance_scale=self.guidance_scale,
-                                  output_type="pt")
-        return out.images.float().cpu()
+        condition = ({"class_labels": self.labels_for(seeds)} if self.class_conditional
+                     else {"prompt": [self.prompts[s % len(self.prompts)] for s in seeds], **self.call_kwargs})
+        out = (pipe or self.pipe)(generator=generators, num_inference_steps=steps or self.steps,
+                                  guidance_scale=self.guidance_scale, output_type="pt", **condition)
+        frames = getattr(out, "frames", None)
+        return (out.images if frames is None else frames).float().cpu()
 
     def method_arm(self, method: str, config: MethodConfig) -> Arm:
         spec = SpeculativePipeline.from_pipe(self.pipe, method=config)
@@ -71,6 +93,11 @@ class PipelineWorkload(Workload):
         return arm
 
     def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
+        if not self.class_conditional:  # no classifier for this model: agreement with the full run only
+            flat = images.flatten(0, images.ndim - 4) if images.ndim > 4 else images  # video frames as images
+            ref = reference.flatten(0, reference.ndim - 4) if reference.ndim > 4 else reference
+            return {"psnr": psnr(images, reference, data_range=1.0), "ssim": ssim(flat, ref), "lpips": None,
+                    "fid": None, "accuracy": None}
         from ..models import class_accuracy, paired_accuracy, reference_fid
 
         labels = torch.tensor(self.labels_for(seeds))
@@ -80,11 +107,16 @@ class PipelineWorkload(Workload):
                 **paired_accuracy(images * 2 - 1, reference * 2 - 1, labels)}
 
     def describe(self) -> dict[str, Any]:
-        vae_scale = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)  # DiTPipeline has no vae_scale_factor
-        size = self.pipe.transformer.config.sample_size * vae_scale
-        return {"steps": self.steps, "batch": self.batch, "resolution": [size, size], "seeds": self.seeds,
-                "guidance_scale": self.guidance_scale, "scheduler": type(self.pipe.scheduler).__name__,
-                "pipeline": type(self.pipe).__name__}
+        described = {"steps": self.steps, "batch": self.batch, "seeds": self.seeds,
+                     "guidance_scale": self.guidance_scale, "scheduler": type(self.pipe.scheduler).__name__,
+                     "pipeline": type(self.pipe).__name__}
+        if self.class_conditional:
+            vae_scale = 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)  # DiTPipeline has no vae_scale_factor
+            size = self.pipe.transformer.config.sample_size * vae_scale
+            return {**described, "resolution": [size, size]}
+        height, width = self.call_kwargs.get("height"), self.call_kwargs.get("width")
+        return {**described, "resolution": [height, width] if height and width else None,
+                "num_frames": self.call_kwargs.get("num_frames"), "prompts": self.prompts}
 
 
 CONTROLNET_WORKLOADS: dict[str, tuple[str, int, int]] = {
@@ -218,8 +250,10 @@ def loop_base(model: str) -> str | None:
 
 
 def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps: int, batch: int,
-                  guidance_scale: float) -> Workload:
-    """Pipeline workload for shipped names and local folders, loop workload for architecture names."""
+                  guidance_scale: float, prompts: list[str] | None = None,
+                  call_kwargs: dict[str, Any] | None = None) -> Workload:
+    """Pipeline workload for shipped names and local folders (``prompts`` and ``call_kwargs`` for text-conditioned
+    ones), loop workload for architecture names."""
     if model in SPECS:
         return LoopWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch)
     if model in CONTROLNET_WORKLOADS:
@@ -227,4 +261,4 @@ def make_workload(model: str, *, device: torch.device, dtype: torch.dtype, steps
         return LoopWorkload(base, device=device, dtype=dtype, steps=steps, batch=batch, controlnet=(double, single),
                             name=model)
     return PipelineWorkload(model, device=device, dtype=dtype, steps=steps, batch=batch,
-                            guidance_scale=guidance_scale)
+                            guidance_scale=guidance_scale, prompts=prompts, call_kwargs=call_kwargs)

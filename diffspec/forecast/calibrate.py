@@ -214,11 +214,13 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
                     device: str | None = None, dtype: str | None = None, guidance_scale: float = 4.0,
                     out: str | Path | None = None, overrides: dict[str, Any] | None = None,
                     schedules: Sequence[int] = (), schedule_granularities: Sequence[str] = ("block",),
+                    prompts: Sequence[str] | None = None, call_kwargs: dict[str, Any] | None = None,
                     show_progress: bool = True) -> tuple[dict[str, Any], Path]:
     """Calibrate ``speca`` on a model and save the record (what ``diffspec calibrate`` runs).
 
     Args:
-        model: a shipped name or local ``DiTPipeline`` folder (saved next to it by default), or a
+        model: a shipped name or local diffusers pipeline folder with a transformer (saved next to it by default):
+            class-conditional (``DiTPipeline``) or text-conditioned (FLUX, SD3, PixArt, Wan...); or a
             ``diffspec.bench.models`` architecture name (random weights; ``out`` required).
         target_psnr: see :func:`calibrate_speca`.
         steps: inference steps (default: the model's usual, 50 or 28).
@@ -228,6 +230,10 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         schedules: also search a fixed placement of this many full steps, per size and per
             ``schedule_granularities`` entry (:func:`~diffspec.forecast.schedule_search.search_schedules`);
             saved under ``"schedules"``, read back by :func:`calibrated_replay`.
+        prompts: a text-conditioned pipeline's calibration prompts, one per sample in turn (default: eight varied
+            ones, :data:`~diffspec.bench.dit_cache_workloads.DEFAULT_PROMPTS`).
+        call_kwargs: more pipeline arguments for a text-conditioned pipeline (``height``, ``width``,
+            ``num_frames``): calibrate at the size you generate at.
 
     Example:
         >>> record, path = calibrate_model("tiny-dit", target_psnr=30, schedules=[12])  # doctest: +SKIP
@@ -253,7 +259,8 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     for granularity in schedule_granularities:
         check_choice("schedule_granularities", granularity, GRANULARITIES)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
-                             guidance_scale=guidance_scale)
+                             guidance_scale=guidance_scale, prompts=list(prompts) if prompts else None,
+                             call_kwargs=call_kwargs)
     if schedules and "module" in schedule_granularities:  # checked now, not after the threshold search
         try:
             check_module_support([b for _, blocks in find_block_lists(workload.transformer) for b in blocks])
@@ -293,6 +300,8 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
                                                    record.get("full_rate"), show_progress=show_progress)
     record.update(model=str(model), steps=steps, samples=samples, seeds=[seeds[0], seeds[-1]], dtype=dtype_name,
                   guidance_scale=guidance_scale if workload.mode == "pipeline" else None)
+    if workload.mode == "pipeline" and not workload.class_conditional:  # type: ignore[attr-defined]
+        record.update(prompts=workload.prompts, call_kwargs=workload.call_kwargs)  # type: ignore[attr-defined]
     return record, save_calibration(record, folder)
 
 

@@ -244,3 +244,19 @@ def test_controlnet_workload_counts_controlnet_calls_per_arm(tmp_path):
     with pytest.raises(ValueError, match="unknown method"):
         run_bench("dit-cache", model="tiny-flux", steps=4, repeats=1, methods=["taylor-controlnet-every-step"],
                   show_progress=False)
+
+
+def test_a_text_pipeline_folder_is_a_pipeline_workload(tmp_path):
+    """A text-conditioned pipeline folder (tiny random-weight FLUX) runs in the pipeline mode: prompts cycle by seed,
+    quality is agreement with the full run (no classifier: no FID or accuracy)."""
+    from diffspec.models.tiny_pipelines import save_tiny_pipeline
+
+    folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
+    doc = run_bench("dit-cache", model=str(folder), steps=4, batch=1, repeats=1, warmup=0, quality_samples=2,
+                    methods=["taylor", "fewer-steps"], overrides={"warmup": 1, "interval": 2},
+                    show_progress=False)
+    runs = {r["method"]: r for r in doc["runs"]}
+    assert doc["model"]["mode"] == "pipeline" and doc["workload"]["pipeline"] == "FluxPipeline"
+    assert doc["workload"]["prompts"][0].startswith("a red fox")
+    taylor = runs["taylor"]
+    assert taylor["target_calls"] < 4 and 20 < taylor["quality"]["psnr"] < 100 and taylor["quality"]["fid"] is None

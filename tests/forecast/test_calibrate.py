@@ -44,3 +44,31 @@ def test_corrupt_calibration_file_is_a_clear_error(tmp_path):
     (tmp_path / CALIBRATION_FILE).write_text("{not json")
     with pytest.raises(ValueError, match="diffspec calibrate"):
         load_calibration(tmp_path)
+
+
+def test_calibrate_a_text_pipeline_folder_and_speca_loads_it(tmp_path, capsys):
+    """A text-conditioned pipeline (a tiny random-weight FLUX saved locally): ``diffspec calibrate`` generates the
+    prompts of --prompt-file at the size asked for, saves the record next to the model, and ``speca`` on that folder
+    reads its thresholds by default; the record names the prompts and sizes it was fitted on."""
+    from diffspec import SpeculativePipeline
+    from diffspec.models.tiny_pipelines import save_tiny_pipeline
+
+    folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red fox\n# a comment\na blue boat\n")
+    argv = ["calibrate", "--model", str(folder), "--steps", "8", "--samples", "2", "--target-psnr", "30",
+            "--prompt-file", str(prompts), "--height", "16", "--width", "24"]
+    assert main(argv) == 0, capsys.readouterr().err
+    record = load_calibration(folder)
+    assert record["prompts"] == ["a red fox", "a blue boat"] and record["call_kwargs"] == {"height": 16, "width": 24}
+    assert record["steps"] == 8 and record["psnr"] >= 30.0
+    spec = SpeculativePipeline.from_pretrained(folder, method="speca")
+    assert spec.threshold_source == str(folder / CALIBRATION_FILE) and spec.config.tau0 == record["tau0"]
+    spec.disable()
+    assert main([*argv[:-6], "--prompt-file", str(tmp_path / "none.txt")]) == 2
+    assert "--prompt-file" in capsys.readouterr().err
+
+
+def test_prompts_are_refused_for_a_class_conditional_model(tmp_path):
+    with pytest.raises(ValueError, match="class-conditional"):
+        calibrate_model("tiny-dit", steps=4, samples=1, out=tmp_path, prompts=["a fox"], show_progress=False)
