@@ -104,6 +104,33 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- bench
+def _text_workload(args: argparse.Namespace) -> dict[str, Any]:
+    """``--prompt-file`` / ``--height`` / ``--width`` / ``--num-frames`` as a text-conditioned pipeline workload's
+    ``prompts`` and ``call_kwargs`` (only those given)."""
+    out: dict[str, Any] = {}
+    if args.prompt_file is not None:
+        if not args.prompt_file.is_file():
+            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} does not exist")
+        prompts = [line.strip() for line in args.prompt_file.read_text(encoding="utf-8").splitlines()
+                   if line.strip() and not line.strip().startswith("#")]
+        if not prompts:
+            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} holds no prompt (one per line)")
+        out["prompts"] = prompts
+    sizes = {k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.num_frames))
+             if v is not None}
+    if sizes:
+        out["call_kwargs"] = sizes
+    return out
+
+
+def _add_text_workload_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt-file", type=Path, default=None,
+                        help="text-conditioned pipeline folders: prompts, one per line (default: eight built-in ones)")
+    parser.add_argument("--height", type=_positive, default=None, help="text-conditioned pipeline folders: height")
+    parser.add_argument("--width", type=_positive, default=None, help="text-conditioned pipeline folders: width")
+    parser.add_argument("--num-frames", type=_positive, default=None, help="video pipeline folders: frames")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
     from .bench.report import headline, markdown_table
@@ -113,13 +140,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     model = {"model": args.model} if args.model else {}  # each suite has its own default model
     if args.compile is not None and args.suite not in ("exact-diffusion", "dit-cache"):
         raise UsageError(f"--compile applies to the exact-diffusion and dit-cache suites, not {args.suite!r}")
+    text = _text_workload(args)
+    if text and args.suite != "dit-cache":
+        raise UsageError(f"--prompt-file, --height, --width and --num-frames apply to the dit-cache suite, not "
+                         f"{args.suite!r}")
     doc = run_bench(args.suite, out=args.out, **model, methods=methods, device=device, dtype=args.dtype,
                     steps=args.steps, batch=args.batch_size, repeats=args.repeats, warmup=args.warmup,
                     quality_samples=args.quality_samples, overrides=parse_overrides(args.set),
                     allow_cpu=args.allow_cpu, **({"images": args.images} if args.images else {}),
                     **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
                     **({"compile": args.compile} if args.compile is not None else {}),
-                    **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}))
+                    **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}), **text)
     print(headline(doc))
     print(markdown_table(doc))
     if args.out:
@@ -131,22 +162,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .forecast.calibrate import calibrate_model
 
-    prompts = None
-    if args.prompt_file is not None:
-        if not args.prompt_file.is_file():
-            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} does not exist")
-        prompts = [line.strip() for line in args.prompt_file.read_text(encoding="utf-8").splitlines()
-                   if line.strip() and not line.strip().startswith("#")]
-        if not prompts:
-            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} holds no prompt (one per line)")
-    sizes = {k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.num_frames))
-             if v is not None}
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
                                    device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
                                    out=args.out, overrides=parse_overrides(args.set),
                                    schedules=args.schedules,
                                    schedule_granularities=args.schedule_granularities.split(","),
-                                   prompts=prompts, call_kwargs=sizes or None)
+                                   **_text_workload(args))
     verdict = "reached" if record["reached"] else "NOT reached (best PSNR kept)"
     print(f"speca thresholds: tau0={record['tau0']:.4g} beta={record['beta']:g} tau_min={record['tau_min']:g}; "
           f"target {record['target_psnr']} dB {verdict}: {record['psnr']} dB with {record['full_steps']}/"
@@ -280,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
     bench.add_argument("--images", type=_positive, default=None, help="multimodal: scenes captioned per timed run")
     bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
+    _add_text_workload_args(bench)
     bench.add_argument("--budget-evals", type=lambda v: [float(b) for b in v.split(",")], default=None,
                        metavar="B[,B...]", help="dit-cache: tune every arm to these full-evaluation budgets "
                        "(searched on calibration seeds) and compare them at equal evals")
@@ -304,11 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--schedule-granularities", default="block", metavar="G,G",
                      help="granularities to search the schedules at: block, module (default block)")
     cal.add_argument("--out", type=Path, default=None, help="folder for diffspec_speca.json, made if missing (default: the model's)")
-    cal.add_argument("--prompt-file", type=Path, default=None,
-                     help="text-conditioned models: calibration prompts, one per line (default: eight built-in ones)")
-    cal.add_argument("--height", type=_positive, default=None, help="text-conditioned models: image height")
-    cal.add_argument("--width", type=_positive, default=None, help="text-conditioned models: image width")
-    cal.add_argument("--num-frames", type=_positive, default=None, help="video models: frames")
+    _add_text_workload_args(cal)
     cal.set_defaults(func=cmd_calibrate)
 
     td = sub.add_parser("train-drafter", help="self-distil a LANTERN (EAGLE) drafter for an AR image model")

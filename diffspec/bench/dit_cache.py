@@ -220,13 +220,15 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                   warmup: int = 1, quality_samples: int = 500, guidance_scale: float = 4.0,
                   overrides: dict[str, Any] | None = None, allow_cpu: bool = False,
                   show_progress: bool = True, budget_evals: list[float] | None = None,
-                  compile: str | None = None, compile_backend: str = "inductor") -> dict[str, Any]:
+                  compile: str | None = None, compile_backend: str = "inductor", prompts: list[str] | None = None,
+                  call_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the ``dit-cache`` suite and return the JSON document (DESIGN.md section 5).
 
     ``budget_evals``: the equal-budget mode (:mod:`diffspec.bench.equal_evals`): every arm's knobs are
     searched on calibration seeds for each budget of full evaluations, then all are measured side by side.
     ``compile``: one of :data:`~diffspec.bench.compiled.COMPILE_MODES`, applied to the transformer
-    every arm runs (not with ``budget_evals``).
+    every arm runs (not with ``budget_evals``). ``prompts`` / ``call_kwargs`` (``height``, ``width``,
+    ``num_frames``): a text-conditioned pipeline folder's prompts and sizes.
 
     Example:
         >>> doc = run_dit_cache("tiny-dit", methods=["taylor"], repeats=1, quality_samples=20)  # doctest: +SKIP
@@ -234,6 +236,9 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
     """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     base = loop_base(model)
+    if base is not None and (prompts or call_kwargs):
+        raise ValueError(f"prompts and sizes apply to text-conditioned pipeline folders; {model} is a loop workload "
+                         "(an architecture name with its own latent size)")
     if base is not None and base not in TINY_LOOP_MODELS and dev.type != "cuda" and not allow_cpu:
         raise ValueError(f"--model {model} is a real-size architecture meant for a GPU (device is {dev}); "
                          "pass --device cuda, or --allow-cpu to time it on the CPU anyway")
@@ -250,7 +255,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
     steps = steps or default_steps(model)
     batch = batch or (1 if base is not None else 10)
     workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=batch,
-                             guidance_scale=guidance_scale)
+                             guidance_scale=guidance_scale, prompts=prompts, call_kwargs=call_kwargs)
     if compile_mode != "none":  # before any arm exists: every arm runs the same compiled transformer
         workload.transformer = compile_transformer(workload.transformer, compile_mode, model, compile_backend)
         if isinstance(workload, PipelineWorkload):

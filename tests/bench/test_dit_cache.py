@@ -254,9 +254,18 @@ def test_a_text_pipeline_folder_is_a_pipeline_workload(tmp_path):
     folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
     doc = run_bench("dit-cache", model=str(folder), steps=4, batch=1, repeats=1, warmup=0, quality_samples=2,
                     methods=["taylor", "fewer-steps"], overrides={"warmup": 1, "interval": 2},
-                    show_progress=False)
+                    call_kwargs={"height": 16, "width": 24}, show_progress=False)
     runs = {r["method"]: r for r in doc["runs"]}
     assert doc["model"]["mode"] == "pipeline" and doc["workload"]["pipeline"] == "FluxPipeline"
-    assert doc["workload"]["prompts"][0].startswith("a red fox")
+    assert doc["workload"]["prompts"][0].startswith("a red fox") and doc["workload"]["resolution"] == [16, 24]
     taylor = runs["taylor"]
     assert taylor["target_calls"] < 4 and 20 < taylor["quality"]["psnr"] < 100 and taylor["quality"]["fid"] is None
+
+
+def test_text_workload_flags_are_refused_where_they_do_not_apply(capsys):
+    from diffspec.cli import main
+
+    assert main(["bench", "dit-cache", "--model", "tiny-flux", "--height", "16"]) == 2
+    assert "text-conditioned pipeline folders" in capsys.readouterr().err
+    assert main(["bench", "ar-image", "--height", "16"]) == 2
+    assert "apply to the dit-cache suite" in capsys.readouterr().err
