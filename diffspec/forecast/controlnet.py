@@ -121,6 +121,15 @@ class ControlNetForecast:
         self._previous: Callable[..., Any] | None = None  # the instance forward it replaced, if any
 
     @staticmethod
+    def supports(controlnet: Any) -> bool:
+        """Whether ``controlnet`` is a module whose forward takes the step's timestep (every diffusers ControlNet a
+        transformer pipeline calls does)."""
+        if not isinstance(controlnet, nn.Module):
+            return False
+        params = inspect.signature(type(controlnet).forward).parameters
+        return any(n in params for n in TIMESTEP_ARGS)
+
+    @staticmethod
     def applies(config: ForecastConfig | SpecaConfig) -> bool:
         """Whether ``config``'s full steps are known before the transformer call (no verifier: no ``plan`` needed)."""
         return not Schedule.of(config).verify

@@ -67,7 +67,7 @@ class ForecastPipeline(SpeculativePipeline):
         self.controlnet_forecast = (
             ControlNetForecast(controlnet, config, self.stats, num_steps_fn=self._num_steps,
                                increasing=tracker.increasing, plan=plan)
-            if isinstance(controlnet, nn.Module) else None)
+            if ControlNetForecast.supports(controlnet) else None)
         """Forecasts ``pipe.controlnet``'s outputs where the transformer surely drafts (None: no ControlNet)."""
         self.enable()
 

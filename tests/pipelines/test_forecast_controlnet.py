@@ -193,3 +193,12 @@ def test_instance_forwards_set_before_attaching_are_kept_and_restored():
     assert all(m.__dict__["forward"] is forward for m, forward in hooked.items())
     seen.clear()
     assert torch.equal(_run(pipe).images, baseline) and seen.count("FluxControlNetModel") == STEPS
+
+
+def test_supports_only_controlnets_that_take_the_timestep():
+    class NoTimestep(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    assert ControlNetForecast.supports(build_flux_controlnet(build_tiny_pipeline("tiny-flux").transformer, 1, 1))
+    assert not ControlNetForecast.supports(NoTimestep()) and not ControlNetForecast.supports(None)
