@@ -188,7 +188,8 @@ class ControlNetForecast:
                     TaylorForecaster(self.config.order, self.config.form)))
             anchors = iter(state.forecasters)
             map_tensors(out, lambda tensor: next(anchors).update(x, tensor))
-            state.template, state.since_full = out, 0
+            # the structure copied: a transformer may consume the lists it is given (HunyuanDiT pops its samples)
+            state.template, state.since_full = map_tensors(out, lambda tensor: tensor), 0
             extra["controlnet_full"] = extra.get("controlnet_full", 0) + 1
             held = sum(f.nbytes for s in self._branches.values() for f in s.forecasters)
             extra["controlnet_cache_gb"] = max(extra.get("controlnet_cache_gb", 0.0), round(held / 1e9, 6))

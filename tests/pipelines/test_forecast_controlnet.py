@@ -202,3 +202,26 @@ def test_supports_only_controlnets_that_take_the_timestep():
 
     assert ControlNetForecast.supports(build_flux_controlnet(build_tiny_pipeline("tiny-flux").transformer, 1, 1))
     assert not ControlNetForecast.supports(NoTimestep()) and not ControlNetForecast.supports(None)
+
+
+def test_a_consumed_output_list_does_not_empty_the_forecast():
+    """HunyuanDiT's transformer pops its ControlNet samples from the list it is given: a forecast step must still
+    return a whole list (the anchors' structure is a copy), with every sample forecast."""
+    from diffspec.config import ForecastConfig
+
+    class ListControlNet(torch.nn.Module):
+        def forward(self, hidden_states, timestep):
+            return [hidden_states * timestep, hidden_states * timestep * 2]
+
+    stats = SpecStats()
+    forecast = ControlNetForecast(ListControlNet(), ForecastConfig(interval=3, warmup=2, order=1), stats,
+                                  num_steps_fn=lambda: 8)
+    forecast.attach()
+    x = torch.ones(2, 3)
+    for t in torch.linspace(1.0, 0.125, 8):
+        samples = forecast.controlnet(hidden_states=x, timestep=t)
+        first = samples.pop(0)  # consumed, as HunyuanDiT does
+        torch.testing.assert_close(first, x * t)  # linear in t: an order-1 forecast is exact
+        torch.testing.assert_close(samples.pop(0), 2 * x * t)
+    assert stats.extra["controlnet_forecast"] > 0
+    forecast.detach()
