@@ -216,7 +216,7 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
 
     def call(spec: Any, seeds: list[int], n_steps: int, plain_run: bool) -> torch.Tensor:
         run = spec.plain if plain_run else spec
-        g = torch.Generator().manual_seed(seeds[0])
+        g = torch.Generator(s.dev).manual_seed(seeds[0])  # on the run's device: no host copy per draw
         return run(class_labels=[x % s.num_classes for x in seeds], num_inference_steps=n_steps, generator=g,
                    guidance_scale=s.guidance_scale, output_type="latent").images.float().cpu()
 
@@ -339,8 +339,8 @@ def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str,
         quality: dict[str, Any] = {"fid": None, "accuracy": None, "psnr": None, "ssim": None, "lpips": None}
         if arm.name in samples:
             latents = samples[arm.name]
-            images = pipe.vae.decode(latents.to(pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample
-            images = images.float().clamp(-1, 1)
+            images = pipe.vae.decode(latents.to(pipe.vae.device, pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample
+            images = images.float().clamp(-1, 1).cpu()
             labels = torch.tensor([s % num_classes for s in range(10_000 * (i + 1), 10_000 * (i + 1) + n)])
             quality.update(fid=round(reference_fid(images), 3), accuracy=round(class_accuracy(images, labels), 4),
                            **quality_calls[arm.name])

@@ -63,7 +63,8 @@ def solver_runner(pipe: Any, solver: str, steps: int, *, guidance_scale: float,
         vae.decode = keep  # type: ignore[method-assign]
         try:
             solver_pipe(class_labels=[s % num_classes for s in seeds], num_inference_steps=steps,
-                        generator=torch.Generator().manual_seed(seeds[0]), guidance_scale=guidance_scale,
+                        generator=torch.Generator(pipe._execution_device).manual_seed(seeds[0]),
+                        guidance_scale=guidance_scale,
                         output_type="pt")
         finally:
             vae.decode = original  # type: ignore[method-assign]
@@ -89,7 +90,7 @@ def picard_runner(pipe: Any, steps: int, *, window: int, tol: float, guidance_sc
 
     def run(seeds: list[int]) -> torch.Tensor:
         labels = torch.tensor([s % num_classes for s in seeds], device=device)
-        g = torch.Generator().manual_seed(seeds[0])
+        g = torch.Generator(device).manual_seed(seeds[0])  # the baseline's generator, on the run's device
         shape = (len(seeds), config.in_channels, config.sample_size, config.sample_size)
         x = randn_tensor(shape, generator=g, device=device, dtype=torch.float32) * float(kernel.scheduler.init_noise_sigma)
         denoise = dit_denoiser(pipe, labels, guidance_scale)

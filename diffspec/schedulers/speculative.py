@@ -44,12 +44,14 @@ def draw(kind: str, tail: tuple[int, ...], generator: Generators, traj: torch.Te
          dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``randn`` (``kind="normal"``) or ``rand`` (``"uniform"``) of shape ``(len(traj), *tail)``.
 
-    With a list of generators, row ``i`` is drawn from ``generator[traj[i]]`` (on that generator's
-    device), as ``diffusers.utils.torch_utils.randn_tensor`` does for a list.
+    Noise is drawn on the generator's device and moved to ``device``, as
+    ``diffusers.utils.torch_utils.randn_tensor`` does; with a list of generators, row ``i`` is drawn
+    from ``generator[traj[i]]``.
     """
     fn = torch.randn if kind == "normal" else torch.rand
-    if not isinstance(generator, list):
-        return fn((len(traj), *tail), generator=generator, device=device, dtype=dtype)
+    if not isinstance(generator, list):  # drawn where the generator lives (a CPU one on a GPU run too)
+        where = device if generator is None else generator.device
+        return fn((len(traj), *tail), generator=generator, device=where, dtype=dtype).to(device)
     rows = [fn((1, *tail), generator=generator[t], device=generator[t].device, dtype=dtype) for t in traj.tolist()]
     return torch.cat(rows).to(device)
 

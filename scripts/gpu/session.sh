@@ -1,43 +1,43 @@
 #!/usr/bin/env bash
-# GPU measurements still owed by issues 4, 6, 7, 8 and 9, in stages that each fit one 10-minute
+# GPU measurements, in stages that each fit one 10-minute
 # command of the device tool (run from the repository root there; results land in $OUT).
 #
 #   here:   bash scripts/gpu/fetch_wheels.sh          # diffusers, cache-dit -> .whl/
 #   device: run(command="bash scripts/gpu/session.sh kernels", carry=[".whl"], timeout_s=600)
 #           (several stages in one call: session.sh ar-graphs ar-official, with carry=[".whl", ".peers"])
 #
-# Stages, in the order to run them when device time is short (30 min per session, starts included):
-#   kernels  issue 9: GPU kernel tests, `bench kernels` (GB/s vs copy bandwidth, vs torch/compile/FlashInfer),
+# Stages, in the order to run them when device time is short (machine starts included):
+#   kernels  GPU kernel tests, `bench kernels` (GB/s vs copy bandwidth, vs torch/compile/FlashInfer),
 #            `bench kernels --methods outside-model` (share of decode time outside the models)      ~5 min
-#   exact    issue 6: exact-diffusion on random-weight DiT-XL/2-256, batch 1, 100 and 250 steps,
-#            CUDA graphs (reduce-overhead) for both arms, then eager                                 ~5-9 min
-#   flux     issue 4: dit-cache on FLUX-size 1024^2, 50 steps, regional compile then eager           ~6-7 min
-#   mm       issue 8: multimodal-cost (7B-size VLM LMs, 1k-32k visual tokens, batch 1-8; e2e block)  ~7 min
-#   ar       issue 7: ar-image-cost (LlamaGen-XL and a 7B-size config, 256/576 tokens, batch 1-8)    ~2-4 min
-#   ar-ra    issue 7: the same calls costed for the tree methods (mc-sjd-ra, sjd-pac: K = their tree's
+#   exact    exact-diffusion on random-weight DiT-XL/2-256, batch 1, 100 and 250 steps,
+#            eager (~1.5 min on an H100), then CUDA graphs (reduce-overhead) for both arms           ~5-8 min
+#   flux     dit-cache on FLUX-size 1024^2, 50 steps, regional compile then eager           ~6-7 min
+#   mm       multimodal-cost (7B-size VLM LMs, 1k-32k visual tokens, batch 1-8; e2e block)  ~7 min
+#   ar       ar-image-cost (LlamaGen-XL and a 7B-size config, 256/576 tokens, batch 1-8)    ~2-4 min
+#   ar-ra    the same calls costed for the tree methods (mc-sjd-ra, sjd-pac: K = their tree's
 #            tokens per call) with the acceptance of ar-image-tiny-ar-noisy-cpu-ra.json               ~3 min
-#   dit-more issue 4: dit-cache with every peer on flux-1024 (28 steps), pixart-1024, dit-xl-2-256 and the
+#   dit-more dit-cache with every peer on flux-1024 (28 steps), pixart-1024, dit-xl-2-256 and the
 #            Wan 2.1 1.3B config at 512^2 x 17 frames, eager                                           ~7 min
-#   replay   issue 4: speca replaying tiny-dit's calibrated full-step schedule (10 and 17 full steps) on
+#   replay   speca replaying tiny-dit's calibrated full-step schedule (10 and 17 full steps) on
 #            the real-size configs (scripts/gpu/dit_cache_replay.py)                                   ~4 min
-#   ar-prof  issue 7: torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
-#   ar-graphs issue 7: ar-image-cost with every target call replayed from CUDA graphs (GraphedStep: the eager
+#   ar-prof  torch.profiler of mc-sjd rounds on llamagen-7b-size (scripts/gpu/profile_mcsjd_round.py) ~1 min
+#   ar-graphs ar-image-cost with every target call replayed from CUDA graphs (GraphedStep: the eager
 #            calls are launch-bound), after the GraphedStep GPU tests                                     ~5 min
-#   dit-graphs issue 4: dit-cache on dit-xl-2-256 and pixart-1024 with --compile reduce-overhead (CUDA graphs) for
+#   dit-graphs dit-cache on dit-xl-2-256 and pixart-1024 with --compile reduce-overhead (CUDA graphs) for
 #            every arm: checks that graph replays leave the forecast hooks' anchors intact (PSNR as eager)  ~4 min
-#   dit-prof issue 4: torch.profiler of whole dit-cache runs per arm on dit-xl-2-256 and pixart-1024 (launches,
+#   dit-prof torch.profiler of whole dit-cache runs per arm on dit-xl-2-256 and pixart-1024 (launches,
 #            host syncs, GPU time: why a forecast step costs 3-9 ms there) (scripts/gpu/profile_dit_step.py) ~2 min
-#   flux-fixed issue 4: the per-image costs a FLUX pipeline adds around the loop (T5-XXL, CLIP-L, VAE decode at
+#   flux-fixed the per-image costs a FLUX pipeline adds around the loop (T5-XXL, CLIP-L, VAE decode at
 #            1024², random weights) and the end-to-end speedups they leave of the loop's (run after `flux`
 #            on the same GPU kind, or with its committed JSON) (scripts/gpu/flux_fixed_costs.py)     ~1-2 min
-#   dit-equal issue 4: dit-cache at equal full evaluations (--budget-evals 13,20, every arm's knobs searched) on
+#   dit-equal dit-cache at equal full evaluations (--budget-evals 13,20, every arm's knobs searched) on
 #            dit-xl-2-256 and pixart-1024, 50 steps; speca-replay replays the trained tiny-dit's calibration  ~8-9 min
-#   ar-official issue 7: the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
+#   ar-official the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
-#   flux-cn  issue 4: dit-cache on FLUX-size 1024^2 (28 steps) with a 5 + 10 block FLUX ControlNet called every step:
+#   flux-cn  dit-cache on FLUX-size 1024^2 (28 steps) with a 5 + 10 block FLUX ControlNet called every step:
 #            taylor forecasting the ControlNet's outputs vs the ControlNet every step vs diffusers' TaylorSeer  ~5 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
-# ~1.5 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
+# ~1.5 min; on an H100 (2026-11-27): kernels ~2 min, a machine start under 1 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2; }
@@ -68,13 +68,13 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       timeout 200 python3 -m diffspec bench kernels --device cuda --methods outside-model \
         --out "$OUT/kernels-outside-model-$gpu.json"
       ;;
-    exact)
-      timeout 380 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
-        --batch-size 1 --steps 100,250 --quality-steps 100 --quality-samples 2 --methods coupling --repeats 3 \
-        --warmup 1 --set max_lookahead=8 --compile reduce-overhead --out "$OUT/exact-diffusion-dit-xl-2-256-$gpu-graphs.json"
-      timeout 200 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
+    exact)  # eager first (about a minute), then both arms CUDA-graph captured (compiles 6 row buckets)
+      timeout 150 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
         --batch-size 1 --steps 100,250 --quality-steps 100 --quality-samples 2 --methods coupling --repeats 2 \
         --warmup 1 --set max_lookahead=8 --compile none --out "$OUT/exact-diffusion-dit-xl-2-256-$gpu-eager.json"
+      timeout 360 python3 -m diffspec bench exact-diffusion --model dit-xl-2-256 --device cuda --dtype bfloat16 \
+        --batch-size 1 --steps 100,250 --quality-steps 100 --quality-samples 2 --methods coupling --repeats 3 \
+        --warmup 1 --set max_lookahead=8 --compile reduce-overhead --out "$OUT/exact-diffusion-dit-xl-2-256-$gpu-graphs.json"
       ;;
     flux)
       timeout 330 python3 -m diffspec bench dit-cache --model flux-1024 --device cuda --steps 50 \
