@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .batch.items import MAX_SIDE, shorten, source_lines
+
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
 DTYPES = ("float32", "float16", "bfloat16")
+MAX_MESSAGE = 600
+"""Characters of an error message printed (the values in it are cut shorter where they are made)."""
 
 
 class UsageError(Exception):
@@ -67,12 +73,33 @@ def _positive_list(text: str) -> list[int]:
 
 
 def _positive(text: str) -> int:
+    return _integer(text, 1)
+
+
+def _side(text: str) -> int:
+    """An image side in pixels: 1 to ``MAX_SIDE``."""
+    return _integer(text, 1, MAX_SIDE)
+
+
+def _integer(text: str, lo: int, hi: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is out of range; must be >= 1")
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
+    if value < lo or (hi is not None and value > hi):
+        allowed = f">= {lo}" if hi is None else f"{lo} to {hi}"
+        raise argparse.ArgumentTypeError(f"{value} is out of range; must be {allowed}")
+    return value
+
+
+def _finite(text: str) -> float:
+    """A finite number (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a finite number")
     return value
 
 
@@ -109,13 +136,7 @@ def _text_workload(args: argparse.Namespace) -> dict[str, Any]:
     ``prompts`` and ``call_kwargs`` (only those given)."""
     out: dict[str, Any] = {}
     if args.prompt_file is not None:
-        if not args.prompt_file.is_file():
-            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} does not exist")
-        prompts = [line.strip() for line in args.prompt_file.read_text(encoding="utf-8").splitlines()
-                   if line.strip() and not line.strip().startswith("#")]
-        if not prompts:
-            raise ValueError(f"--prompt-file {str(args.prompt_file)!r} holds no prompt (one per line)")
-        out["prompts"] = prompts
+        out["prompts"] = [text for _, text in source_lines(args.prompt_file, "--prompt-file")]
     sizes = {k: v for k, v in (("height", args.height), ("width", args.width), ("num_frames", args.num_frames))
              if v is not None}
     if sizes:
@@ -256,8 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--steps", type=_positive, default=50, help="inference steps (default 50)")
     gen.add_argument("--seed", type=int, default=0, help="item i without a seed uses seed + i (default 0)")
     gen.add_argument("--negative-prompt", default=None)
-    gen.add_argument("--height", type=_positive, default=None, help="default: the pipeline's own")
-    gen.add_argument("--width", type=_positive, default=None, help="default: the pipeline's own")
+    side = f"pixels, 1 to {MAX_SIDE} (default: the pipeline's own)"
+    gen.add_argument("--height", type=_side, default=None, help=side)
+    gen.add_argument("--width", type=_side, default=None, help=side)
     gen.add_argument("--num-frames", type=_positive, default=None, help="video frames (default: the pipeline's own)")
     gen.add_argument("--fps", type=_positive, default=None, help="frames per second of written videos (default 16)")
     gen.add_argument("--video-format", default=None, help="mp4 (needs imageio-ffmpeg, the default when installed), "
@@ -265,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=_positive, default=1,
                      help="items per pipeline call among items with equal settings (default 1: outputs then "
                      "do not depend on batching or on the number of processes)")
-    gen.add_argument("--guidance-scale", type=float, default=None, help="default: the pipeline's own")
+    gen.add_argument("--guidance-scale", type=_finite, default=None,
+                     help="a finite number (default: the pipeline's own)")
     gen.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available; "
                      "cuda:LOCAL_RANK under a launcher)")
@@ -314,10 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", help="fit speca's thresholds to a target PSNR; saved next to the model")
     cal.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
-    cal.add_argument("--target-psnr", type=float, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
+    cal.add_argument("--target-psnr", type=_finite, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
     cal.add_argument("--steps", type=_positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
     cal.add_argument("--samples", type=_positive, default=8, help="calibration samples (default 8)")
-    cal.add_argument("--guidance-scale", type=float, default=4.0)
+    cal.add_argument("--guidance-scale", type=_finite, default=4.0)
     cal.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other speca settings (k_max=...)")
     cal.add_argument("--device", default=None)
     cal.add_argument("--dtype", choices=DTYPES, default=None)
@@ -335,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--samples", type=_positive, default=1000, help="self-distilled sequences (default 1000)")
     td.add_argument("--epochs", type=_positive, default=10)
     td.add_argument("--batch-size", type=_positive, default=64)
-    td.add_argument("--lr", type=float, default=1e-3)
+    td.add_argument("--lr", type=_finite, default=1e-3)
     td.add_argument("--seed", type=int, default=0)
     td.add_argument("--device", default=None)
     td.set_defaults(func=cmd_train_drafter)
@@ -346,17 +369,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str) -> None:
+    """``diffspec: error: MESSAGE`` on stderr, as one line of at most ``MAX_MESSAGE`` characters."""
+    text = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + "..."
+    print(f"diffspec: error: {text}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except (UsageError, ValueError) as exc:
-        print(f"diffspec: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_USAGE
     except (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError) as exc:
-        print(f"diffspec: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        _error(f"{exc.strerror or exc}: {exc.filename}")
         return EXIT_USAGE
+    except OSError as exc:  # a full disk, an I/O error: a failure of the machine, not of the input
+        _error(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("diffspec: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .items import GenItem, ItemError
+from .items import GenItem, ItemError, shorten
 
 _CALL_FIELDS = {"negative_prompt": "negative_prompt", "height": "height", "width": "width",
                 "num_frames": "num_frames", "guidance_scale": "guidance_scale", "image": "image",
@@ -51,7 +51,7 @@ def class_id(pipe: Any, label: str | int) -> int:
     if text in labels:
         return labels[text]
     names = ", ".join(sorted(labels, key=labels.get)) if len(labels) <= 40 else f"{len(labels)} classes"
-    raise ValueError(f"unknown class {label!r} for this model; its classes: {names}")
+    raise ValueError(f"unknown class {shorten(label)} for this model; its classes: {names}")
 
 
 def _label(item: GenItem) -> str | int:

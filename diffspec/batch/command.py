@@ -2,7 +2,7 @@
 
 Input errors (a malformed line, an unknown field or method, a missing model folder, an output
 folder that cannot be written) raise ``ValueError`` naming the line or flag, before anything is
-generated; ``diffspec.cli`` prints them as one line and exits 2. Items that fail while running are
+generated or the output folder is made; ``diffspec.cli`` prints them as one line and exits 2. Items that fail while running are
 recorded in the manifest and the exit code is 1 (0 under a launcher, so that it does not stop the
 other ranks; the merged summary counts the failures).
 
@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -50,16 +51,23 @@ def sigterm_unwinds() -> Iterator[None]:
 
 
 def check_writable(out: Path) -> None:
-    """Create ``out`` and check that a file can be written there.
+    """Check that ``out`` can be written, or made where it is missing, without making it.
 
     Raises:
         ValueError: naming the folder and the reason.
     """
+    folder = out.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".tmp-check-", dir=out)
-        os.close(fd)
-        os.unlink(name)
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if folder != out.absolute() and not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        if folder == out.absolute():
+            fd, name = tempfile.mkstemp(prefix=".tmp-check-", dir=out)
+            os.close(fd)
+            os.unlink(name)
     except OSError as exc:
         raise ValueError(f"--out {str(out)!r} is not a writable folder ({exc.strerror or exc})") from None
 
@@ -129,8 +137,8 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     if args.video_format is not None:
         check_video_format(args.video_format)
     world = World.detect(args.rank, args.world_size)
-    check_writable(args.out)
     folder = resolve_model_path(args.model)
+    check_writable(args.out)
     model = model_identity(folder, name=str(args.model) if str(args.model) in SHIPPED_MODELS else folder.name)
     device = world.device(device, torch.cuda.is_available(), torch.cuda.device_count())
     pipe = load_pipeline(folder, dtype=getattr(torch, args.dtype), device=device)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,11 @@ FIELDS: dict[str, str] = {
     "negative_prompt": "text to steer away from",
     "seed": "integer seed of this item's generator",
     "steps": "inference steps (>= 1)",
-    "height": "image/video height in pixels (>= 1)",
-    "width": "image/video width in pixels (>= 1)",
+    "height": "image/video height in pixels (1 to 8192)",
+    "width": "image/video width in pixels (1 to 8192)",
     "num_frames": "video frames (>= 1; alias: frames)",
     "fps": "video frames per second in the written file (>= 1)",
-    "guidance_scale": "classifier-free guidance scale",
+    "guidance_scale": "classifier-free guidance scale (a finite number)",
     "image": "input image file, the pipeline's `image` (image-to-video, image-to-image, edit pipelines); a relative "
              "path starts at the prompt file's folder",
     "control_image": "ControlNet conditioning image file, the pipeline's `control_image` (same path rule)",
@@ -48,6 +49,12 @@ FIELDS: dict[str, str] = {
     "config": "method config overrides, e.g. {\"interval\": 4}",
 }
 """The fields a JSONL item may carry."""
+
+MAX_SIDE = 8192
+"""The largest ``height``/``width`` accepted (pixels): more than any diffusers model is trained for, and past it a
+pipeline fails item after item on its allocation."""
+SHORT = 80
+"""Characters of a value that error messages repeat (:func:`shorten`)."""
 
 _ALIASES = {"frames": "num_frames"}
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -104,7 +111,7 @@ class GenItem:
     @property
     def where(self) -> str:
         """``"line 3"`` (or ``"item 'x'"`` when the item has no line), for messages."""
-        return f"line {self.line}" if self.line else f"item {self.id!r}"
+        return f"line {self.line}" if self.line else f"item {shorten(self.id)}"
 
     def fields(self) -> dict[str, Any]:
         """The fields that decide the output (what the item key hashes, with the model)."""
@@ -132,18 +139,43 @@ def _file_digest(path: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- validation
-def _int(where: str, name: str, value: Any, lo: int | None = 1) -> int:
+def shorten(value: Any, limit: int = SHORT) -> str:
+    """``repr(value)``, cut to its first ``limit`` characters + ``"..."`` when longer (for one-line messages).
+
+    Example:
+        >>> shorten("x" * 100, 8)
+        "'xxxxxxx..."
+    """
+    return cut(repr(value), limit)
+
+
+def cut(text: str, limit: int = SHORT) -> str:
+    """``text``, cut to its first ``limit`` characters + ``"..."`` when longer."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _int(where: str, name: str, value: Any, lo: int | None = 1, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ItemError(f"{where}: field {name!r} must be an integer, got {value!r}")
+        raise ItemError(f"{where}: field {name!r} must be an integer, got {shorten(value)}")
+    if hi is not None and not lo <= value <= hi:  # type: ignore[operator]
+        raise ItemError(f"{where}: field {name!r}={shorten(value)} is out of range; must be {lo} to {hi}")
     if lo is not None and value < lo:
-        raise ItemError(f"{where}: field {name!r}={value} is out of range; must be >= {lo}")
+        raise ItemError(f"{where}: field {name!r}={shorten(value)} is out of range; must be >= {lo}")
     return value
 
 
 def _str(where: str, name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ItemError(f"{where}: field {name!r} must be a string, got {value!r}")
+        raise ItemError(f"{where}: field {name!r} must be a string, got {shorten(value)}")
     return value
+
+
+def _finite(where: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ItemError(f"{where}: field {name!r} must be a number, got {shorten(value)}")
+    if not math.isfinite(value):  # JSON's NaN / Infinity, or 1e999
+        raise ItemError(f"{where}: field {name!r} must be a finite number, got {value}")
+    return float(value)
 
 
 def _image_path(where: str, name: str, value: Any, base: Path | None) -> str:
@@ -151,8 +183,8 @@ def _image_path(where: str, name: str, value: Any, base: Path | None) -> str:
     if not path.is_absolute():
         path = (base or Path.cwd()) / path
     if not path.is_file():
-        raise ItemError(f"{where}: field {name!r}={value!r} is not a file ({path}; a relative path starts at "
-                        f"{'the prompt file' if base else 'the working'} folder)")
+        raise ItemError(f"{where}: field {name!r}={shorten(value)} is not a file ({cut(str(path))}; a relative "
+                        f"path starts at {'the prompt file' if base else 'the working'} folder)")
     return str(path)
 
 
@@ -171,27 +203,25 @@ def parse_item(obj: Any, *, index: int, line: int, defaults: ItemDefaults, base:
     obj = {_ALIASES.get(k, k): v for k, v in obj.items()}
     unknown = sorted(set(obj) - set(FIELDS))
     if unknown:
-        raise ItemError(f"{where}: unknown field {unknown[0]!r}; item fields are: {', '.join(FIELDS)}")
+        raise ItemError(f"{where}: unknown field {shorten(unknown[0])}; item fields are: {', '.join(FIELDS)}")
     if ("prompt" in obj) == ("class_label" in obj):
         raise ItemError(f"{where}: give exactly one of the fields 'prompt' and 'class_label'")
     prompt = _str(where, "prompt", obj["prompt"]) if "prompt" in obj else None
     label = obj.get("class_label")
     if label is not None and (isinstance(label, bool) or not isinstance(label, (str, int))):
-        raise ItemError(f"{where}: field 'class_label' must be a class name or an integer id, got {label!r}")
+        raise ItemError(f"{where}: field 'class_label' must be a class name or an integer id, got {shorten(label)}")
     item_id = obj.get("id", index)
     if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or item_id == "":
-        raise ItemError(f"{where}: field 'id' must be a non-empty string or an integer, got {item_id!r}")
+        raise ItemError(f"{where}: field 'id' must be a non-empty string or an integer, got {shorten(item_id)}")
     method = _str(where, "method", obj["method"]) if "method" in obj else defaults.method
     config = obj.get("config", {})
     if not isinstance(config, dict):
-        raise ItemError(f"{where}: field 'config' must be an object of method settings, got {config!r}")
+        raise ItemError(f"{where}: field 'config' must be an object of method settings, got {shorten(config)}")
     guidance = obj.get("guidance_scale", defaults.guidance_scale)
-    if guidance is not None and (isinstance(guidance, bool) or not isinstance(guidance, (int, float))):
-        raise ItemError(f"{where}: field 'guidance_scale' must be a number, got {guidance!r}")
 
-    def opt_int(name: str, lo: int | None = 1) -> int | None:
+    def opt_int(name: str, hi: int | None = None) -> int | None:
         value = obj.get(name, getattr(defaults, name))
-        return None if value is None else _int(where, name, value, lo)
+        return None if value is None else _int(where, name, value, 1, hi)
 
     negative = obj.get("negative_prompt", defaults.negative_prompt)
     return GenItem(
@@ -200,20 +230,34 @@ def parse_item(obj: Any, *, index: int, line: int, defaults: ItemDefaults, base:
         steps=_int(where, "steps", obj.get("steps", defaults.steps)), method=method,
         overrides={**defaults.overrides, **config},
         negative_prompt=None if negative is None else _str(where, "negative_prompt", negative),
-        height=opt_int("height"), width=opt_int("width"), num_frames=opt_int("num_frames"), fps=opt_int("fps"),
-        guidance_scale=None if guidance is None else float(guidance),
+        height=opt_int("height", MAX_SIDE), width=opt_int("width", MAX_SIDE), num_frames=opt_int("num_frames"),
+        fps=opt_int("fps"), guidance_scale=None if guidance is None else _finite(where, "guidance_scale", guidance),
         **{name: _image_path(where, name, obj[name], base) for name in ("image", "control_image") if name in obj},
     )
 
 
-def _source_lines(path: Path) -> list[tuple[int, str]]:
+def source_lines(path: str | Path, what: str = "prompt file") -> list[tuple[int, str]]:
+    """The ``(line number, text)`` of a UTF-8 file's lines that are neither blank nor ``#`` comments, stripped.
+
+    Raises:
+        ItemError: a missing file or a folder, a line that is not UTF-8, or no line left (``what`` names the file).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ItemError(f"{what} {str(path)!r} is a folder, not a file")
     if not path.is_file():
-        raise ItemError(f"prompt file {str(path)!r} does not exist")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out = [(n, text.strip()) for n, text in enumerate(lines, 1)]
-    out = [(n, text) for n, text in out if text and not text.startswith("#")]
+        raise ItemError(f"{what} {str(path)!r} does not exist")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, column = data.count(b"\n", 0, exc.start) + 1, exc.start - data.rfind(b"\n", 0, exc.start)
+        raise ItemError(f"{what} {str(path)!r} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column "
+                        f"{column}); save it as UTF-8") from None
+    out = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    out = [(n, line) for n, line in out if line and not line.startswith("#")]
     if not out:
-        raise ItemError(f"prompt file {str(path)!r} holds no item (one per line, '#' starts a comment)")
+        raise ItemError(f"{what} {str(path)!r} holds no item (one per line, '#' starts a comment)")
     return out
 
 
@@ -223,7 +267,8 @@ def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies
     ``copies`` > 1 repeats each entry (ids get ``-0``, ``-1``... and seeds move on by one per copy).
 
     Raises:
-        ItemError: a missing or empty file, a line that is not valid JSON, a bad field, a repeated id.
+        ItemError: a missing or empty file (or a folder), a line that is not UTF-8 or not valid JSON, a bad
+            field, a repeated id.
 
     Example:
         >>> items = read_items("examples/items.jsonl")  # doctest: +SKIP
@@ -231,13 +276,15 @@ def read_items(path: str | Path, defaults: ItemDefaults | None = None, *, copies
     defaults = defaults or ItemDefaults()
     path = Path(path)
     entries: list[tuple[int, dict[str, Any]]] = []
-    for number, text in _source_lines(path):
+    for number, text in source_lines(path):
         if path.suffix.lower() in JSONL_SUFFIXES:
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ItemError(f"{path.name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})"
                                 ) from None
+            except ValueError as exc:  # an integer of more than 4300 digits
+                raise ItemError(f"{path.name} line {number}: not valid JSON ({cut(str(exc))})") from None
         else:
             obj = {"prompt": text}
         entries.append((number, obj))
@@ -263,7 +310,7 @@ def expand(entries: list[tuple[int, Any]], defaults: ItemDefaults, *, copies: in
                 seed = first.seed + k if has_seed else defaults.seed + len(items)
                 item = replace(first, index=len(items), id=f"{first.id}-{k}", seed=seed)
             if item.id in seen:
-                raise ItemError(f"{item.where}: id {item.id!r} repeats the item of line {seen[item.id]}")
+                raise ItemError(f"{item.where}: id {shorten(item.id)} repeats the item of line {seen[item.id]}")
             seen[item.id] = line
             items.append(item)
     return items

@@ -225,7 +225,7 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
     Args:
         pipe: a loaded diffusers pipeline (wrapped per method config here).
         items: every item of the batch (all ranks'): sharding happens here, by key.
-        out: the output folder (created).
+        out: the output folder (created once the items are checked).
         model: :func:`~diffspec.batch.items.model_identity` of the pipeline's folder (part of each key).
         dtype, device: recorded in the manifest (``dtype`` is part of each key too).
         world: this process's rank and the number of processes (default: detected).
@@ -237,8 +237,8 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
 
     world = world or World.detect()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     adapter, fmt, keys = plan(pipe, items, model=model, dtype=dtype, video_format=video_format)
+    out.mkdir(parents=True, exist_ok=True)
     mine = shard(keys, world.rank, world.size)
     done = completed(out)
     todo = [items[i] for i in mine if keys[i] not in done]

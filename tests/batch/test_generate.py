@@ -161,6 +161,14 @@ def test_a_controlnet_pipeline_takes_each_items_control_image(tmp_path, capsys):
         (['{"class_label": 0}'], ["--video-format", "avi"], "video format 'avi' is not supported"),
         (['{"class_label": 0}'], ["--rank", "1"], "both --rank and --world-size"),
         (['{"class_label": 0}'], ["--rank", "2", "--world-size", "2"], "rank 2 is out of range"),
+        (['{"class_label": 0, "guidance_scale": Infinity}'], [], "line 1: field 'guidance_scale' must be a finite"),
+        (['{"class_label": 0, "guidance_scale": NaN}'], [], "line 1: field 'guidance_scale' must be a finite"),
+        (['{"class_label": 0, "guidance_scale": -1e999}'], [], "line 1: field 'guidance_scale' must be a finite"),
+        (['{"class_label": 0}'], ["--guidance-scale", "inf"], "--guidance-scale: 'inf' is not a finite number"),
+        (['{"class_label": 0}'], ["--guidance-scale", "nan"], "--guidance-scale: 'nan' is not a finite number"),
+        (['{"class_label": 0}'], ["--height", "100000"], "--height: 100000 is out of range; must be 1 to 8192"),
+        (['{"class_label": 0}'], ["--width", "0"], "--width: 0 is out of range; must be 1 to 8192"),
+        (['{"class_label": 0, "width": 100000}'], [], "line 1: field 'width'=100000 is out of range; must be 1 to"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_line_or_flag(tmp_path, dit_dir, capsys, lines, extra, needle):
@@ -174,9 +182,26 @@ def test_bad_input_is_one_line_naming_the_line_or_flag(tmp_path, dit_dir, capsys
 def test_an_unwritable_output_folder_is_refused_before_loading(tmp_path, dit_dir, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    argv = ["generate", "--model", "/no/such/model", "--class-labels", "0", "--out", str(blocker / "out")]
+    argv = ["generate", "--model", str(dit_dir), "--class-labels", "0", "--out", str(blocker / "out")]
     assert main(argv) == 2
     assert "--out" in (err := _error(capsys)) and "is not a writable folder" in err
+
+
+@pytest.mark.parametrize(("extra", "needle"), [(["--model", "/no/such/model", "--class-labels", "0"], "/no/such/model"),
+                                               (["--class-labels", "zebra"], "unknown class 'zebra'")])
+def test_refused_input_leaves_no_output_folder(tmp_path, dit_dir, capsys, extra, needle):
+    out = tmp_path / "deep" / "out"
+    assert main(["generate", "--model", str(dit_dir), *extra, "--out", str(out)]) == 2
+    assert needle in _error(capsys) and not (tmp_path / "deep").exists()
+
+
+def test_a_long_value_is_cut_short_in_the_error(tmp_path, dit_dir, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("x" * 2**20 + "\n")
+    argv = ["generate", "--model", str(dit_dir), "--prompt-file", str(prompts), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = _error(capsys)
+    assert "line 1: unknown class 'xxxx" in err and "xxx..." in err and len(err) < 400
 
 
 def test_merge_of_a_folder_without_manifests(tmp_path, capsys):

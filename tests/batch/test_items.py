@@ -85,6 +85,24 @@ def test_missing_and_empty_files(tmp_path):
         read_items(_jsonl(tmp_path, "# only a comment"))
 
 
+def test_an_undecodable_line_a_folder_and_long_values_are_named_shortly(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_bytes("circle\nstar \u2605\n".encode() + b"bad \xff byte\n")
+    with pytest.raises(ItemError, match=r"prompt file '.*p.txt' line 3: not UTF-8 text \(byte 0xff at column 5\)"):
+        read_items(path)
+    with pytest.raises(ItemError, match=r"prompt file '.*' is a folder, not a file"):
+        read_items(tmp_path)
+    long = "y" * 10_000
+    path = _jsonl(tmp_path, json.dumps({"prompt": "a", "seed": long}), json.dumps({long: 1, "prompt": "b"}))
+    with pytest.raises(ItemError) as info:
+        read_items(path)
+    assert str(info.value) == f"line 1: field 'seed' must be an integer, got '{'y' * 79}..."
+    path = _jsonl(tmp_path, json.dumps({long: 1, "prompt": "b"}))
+    with pytest.raises(ItemError, match=r"line 1: unknown field 'y+\.\.\.; item fields are") as info:
+        read_items(path)
+    assert len(str(info.value)) < 400
+
+
 def test_key_depends_on_what_decides_the_output(tmp_path):
     item = read_items(_jsonl(tmp_path, '{"prompt": "a", "seed": 1}'))[0]
     other = read_items(_jsonl(tmp_path, '{"prompt": "a", "seed": 2}'))[0]
