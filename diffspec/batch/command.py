@@ -2,9 +2,11 @@
 
 Input errors (a malformed line, an unknown field or method, a missing model folder, an output
 folder that cannot be written) raise ``ValueError`` naming the line or flag, before anything is
-generated or the output folder is made; ``diffspec.cli`` prints them as one line and exits 2. Items that fail while running are
-recorded in the manifest and the exit code is 1 (0 under a launcher, so that it does not stop the
-other ranks; the merged summary counts the failures).
+generated or the output folder is made; ``diffspec.cli`` prints them as one line and exits 2. Items
+that fail while running are recorded in the manifest and the exit code is 1 (0 under a launcher, so
+that it does not stop the other ranks; the merged summary counts the failures). A folder that
+cannot be written any more (a full disk) stops the run: one line, exit 1, and the same command
+resumes once there is space.
 
 Example:
     $ diffspec generate --model tiny-dit --prompt-file examples/items.jsonl --out out/
@@ -125,7 +127,7 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     from ..models import SHIPPED_MODELS, load_pipeline, resolve_model_path
     from .manifest import merge_manifests
     from .media import check_video_format
-    from .runner import all_recorded, generate_batch
+    from .runner import OutputStopped, all_recorded, generate_batch
     from .shard import World
 
     if args.method == "none" and overrides:
@@ -143,9 +145,15 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     device = world.device(device, torch.cuda.is_available(), torch.cuda.device_count())
     pipe = load_pipeline(folder, dtype=getattr(torch, args.dtype), device=device)
     pipe.set_progress_bar_config(disable=True)
-    with sigterm_unwinds():
-        summary = generate_batch(pipe, items, args.out, model=model, dtype=args.dtype, device=device, world=world,
-                                 batch_size=args.batch_size, video_format=args.video_format)
+    try:
+        with sigterm_unwinds():
+            summary = generate_batch(pipe, items, args.out, model=model, dtype=args.dtype, device=device,
+                                     world=world, batch_size=args.batch_size, video_format=args.video_format)
+    except OutputStopped as exc:
+        print(exc.summary.line())
+        print(f"diffspec: error: {exc}; stopped, keeping the {exc.summary.generated} items generated; free space and "
+              "rerun the same command to resume", file=sys.stderr)
+        return 1
     print(summary.line())
     for failure in summary.failures[:10]:
         print(f"diffspec: item failed: {failure}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Per-rank append-only manifests, resume, and ``diffspec merge``.
 
-Each rank appends one JSON line per finished item to ``out/manifest-rank<r>.jsonl`` (flushed and
-fsynced after each line): ``key``, ``id``, ``index``, ``status`` (``ok``/``failed``), ``path``
+Each rank appends one JSON line per finished item to ``out/manifest-rank<r>.jsonl`` (fsynced after
+each line; a line that cannot be written whole, on a full disk, is cut back off): ``key``, ``id``, ``index``, ``status`` (``ok``/``failed``), ``path``
 (relative to ``out``), ``sha256``, ``seconds``, the method's step counts and acceptance, and the
 item's fields. A rerun skips every key that some manifest lists as ``ok`` and whose file exists;
 :func:`merge_manifests` writes ``out/manifest.jsonl`` with one line per key (the latest ``ok``
@@ -32,32 +32,54 @@ def rank_manifest(out: str | Path, rank: int) -> Path:
     return Path(out) / f"manifest-rank{rank}.jsonl"
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class ManifestWriter:
     """Appends records to one rank's manifest; each line is on disk before :meth:`write` returns.
 
     A line cut short by a killed process is closed with a newline first, so later lines stay whole
-    (readers skip the cut line).
+    (readers skip the cut line). A line that cannot be written (a full disk) is cut back off before
+    the error is raised, so the file holds whole lines only.
     """
 
     def __init__(self, out: str | Path, rank: int) -> None:
         self.path = rank_manifest(out, rank)
-        self._fh = open(self.path, "a+b")  # closed in close()
-        self._fh.seek(0, os.SEEK_END)
-        if self._fh.tell() > 0:
-            self._fh.seek(-1, os.SEEK_END)
-            if self._fh.read(1) != b"\n":
-                self._fh.write(b"\n")
-        self._fh.seek(0, os.SEEK_END)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # closed in close()
+        try:
+            size = os.fstat(self._fd).st_size
+            if size > 0 and os.pread(self._fd, 1, size - 1) != b"\n":
+                _write_all(self._fd, b"\n")
+        except BaseException:
+            os.close(self._fd)
+            raise
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record as a JSON line and sync it."""
-        self._fh.write((json.dumps(record, default=str) + "\n").encode("utf-8"))
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """Append one record as a JSON line and sync it.
+
+        Raises:
+            OSError: the line could not be written whole (it is then removed again).
+        """
+        start = os.fstat(self._fd).st_size
+        try:
+            _write_all(self._fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+            os.fsync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:  # then the next writer closes the cut line, and readers skip it
+                pass
+            raise
 
     def close(self) -> None:
         """Close the file."""
-        self._fh.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> ManifestWriter:
         return self

@@ -3,7 +3,8 @@
 Outputs go to ``out/<key[:2]>/<key>.png|mp4|webp|gif`` (written atomically), one manifest line
 per item to ``out/manifest-rank<r>.jsonl``. Items already listed ``ok`` with their file present are
 skipped. An item that fails (a bad config value, an error inside the pipeline) is recorded as
-``failed`` with its error, and the batch goes on.
+``failed`` with its error, and the batch goes on; when the folder cannot be written (a full disk, a
+quota, a read-only file system) the run stops with :class:`OutputStopped`.
 
 Example:
     >>> from diffspec.batch import World, generate_batch, items_from_prompts
@@ -15,21 +16,24 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..progress import progress
 from .adapter import PipelineAdapter
-from .items import GenItem, item_key
+from .items import GenItem, cut, item_key
 from .manifest import ManifestWriter, completed, read_records
 from .media import clean_temporaries, default_video_format, write_image, write_video
 from .shard import World, shard
 
 DEFAULT_FPS = 16
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+"""Write errors that every later item would meet too: the run stops on them instead of failing item after item."""
 
 
 @dataclass
@@ -61,6 +65,14 @@ class RunSummary:
         if self.mean_speedup is not None:
             text += f"; mean speedup {self.mean_speedup:.2f}x (steps / full steps, SpecStats)"
         return text
+
+
+class OutputStopped(RuntimeError):
+    """The output folder cannot be written (a full disk, a quota): the run stopped. ``summary``: what it did."""
+
+    def __init__(self, message: str, summary: RunSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 @dataclass
@@ -114,15 +126,26 @@ class _Run:
         rec = {"key": self.keys[item.index], "id": item.id, "index": item.index, "line": item.line,
                "status": status, **extra, **fields, "config": config if config is not None else item.overrides or None,
                **self.base, "finished": time.time()}
-        self.manifest.write(rec)
+        try:
+            self.manifest.write(rec)
+        except OSError as exc:
+            raise OutputStopped(f"cannot write {self.manifest.path}: {exc.strerror or exc}", self.summary) from None
         self.bar.update(1)
 
     def fail(self, item: GenItem, error: str, config: dict[str, Any] | None = None) -> None:
         error = error.strip().splitlines()[0] if error.strip() else "error"
         self.summary.failed += 1
-        self.summary.failures.append(f"{item.where} ({item.id}): {error}")
+        self.summary.failures.append(f"{item.where} ({cut(item.id)}): {error}")
         self.record(item, "failed", config, error=error, path=None)
         self.bar.set_postfix(failed=self.summary.failed)
+
+    def stop(self, item: GenItem, error: str, config: dict[str, Any] | None) -> NoReturn:
+        """Record ``item`` as failed if the manifest can still be written, then stop the run."""
+        try:
+            self.fail(item, error, config)
+        except OutputStopped:
+            pass
+        raise OutputStopped(error, self.summary)
 
     def run_group(self, group: _Group, batch_size: int) -> None:
         from ..api import SpeculativePipeline
@@ -162,21 +185,32 @@ class _Run:
         seconds = (time.perf_counter() - start) / len(batch)
         stats = _stats_fields(getattr(result, "spec_stats", None), batch[0].method)
         for item, array in zip(batch, arrays):
-            key = self.keys[item.index]
-            rel = f"{key[:2]}/{key}.{self.fmt}"
-            try:
-                if self.adapter.video:
-                    sha = write_video(self.out / rel, array, fps=item.fps or DEFAULT_FPS, fmt=self.fmt,
-                                      prefix=self.prefix)
-                else:
-                    sha = write_image(self.out / rel, array, prefix=self.prefix)
-            except (OSError, ValueError, RuntimeError) as exc:
-                self.fail(item, f"writing {rel}: {exc}", config)
+            written = self.write(item, array, config)
+            if written is None:
                 continue
             self.summary.generated += 1
             if stats["step_speedup"] is not None:
                 self.summary.speedups.append(stats["step_speedup"])
-            self.record(item, "ok", config, path=rel, sha256=sha, seconds=round(seconds, 4), batch=len(batch), **stats)
+            self.record(item, "ok", config, **written, seconds=round(seconds, 4), batch=len(batch), **stats)
+
+    def write(self, item: GenItem, array: Any, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Write an item's output: its ``path`` and ``sha256``, or None when it failed (recorded)."""
+        key = self.keys[item.index]
+        rel = f"{key[:2]}/{key}.{self.fmt}"
+        try:
+            if self.adapter.video:
+                sha = write_video(self.out / rel, array, fps=item.fps or DEFAULT_FPS, fmt=self.fmt, prefix=self.prefix)
+            else:
+                sha = write_image(self.out / rel, array, prefix=self.prefix)
+        except OSError as exc:
+            if exc.errno in STORAGE_ERRNOS:
+                self.stop(item, f"writing {rel} in {self.out}: {exc.strerror}", config)
+            self.fail(item, f"writing {rel}: {exc}", config)
+            return None
+        except (ValueError, RuntimeError) as exc:
+            self.fail(item, f"writing {rel}: {exc}", config)
+            return None
+        return {"path": rel, "sha256": sha}
 
 
 def _batches(items: list[GenItem], batch_size: int) -> list[list[GenItem]]:
@@ -222,6 +256,10 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
                    video_format: str | None = None, show_progress: bool = True) -> RunSummary:
     """Generate this rank's items that are not done yet; returns what it did.
 
+    Raises:
+        ItemError: an item the pipeline cannot take (before anything is written).
+        OutputStopped: ``out`` cannot be written any more (a full disk); what is done is kept.
+
     Args:
         pipe: a loaded diffusers pipeline (wrapped per method config here).
         items: every item of the batch (all ranks'): sharding happens here, by key.
@@ -239,13 +277,13 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
     out = Path(out)
     adapter, fmt, keys = plan(pipe, items, model=model, dtype=dtype, video_format=video_format)
     out.mkdir(parents=True, exist_ok=True)
+    base = {"model": model["name"], "model_fingerprint": model["fingerprint"], "dtype": dtype, "device": device,
+            "rank": world.rank, "world_size": world.size, "diffspec": __version__}
     mine = shard(keys, world.rank, world.size)
     done = completed(out)
     todo = [items[i] for i in mine if keys[i] not in done]
     summary = RunSummary(world.rank, world.size, assigned=len(mine), skipped=len(mine) - len(todo), keys=keys)
     clean_temporaries(out, f".tmp-r{world.rank}-")
-    base = {"model": model["name"], "model_fingerprint": model["fingerprint"], "dtype": dtype, "device": device,
-            "rank": world.rank, "world_size": world.size, "diffspec": __version__}
     start = time.perf_counter()
     desc = f"rank {world.rank}" if world.size > 1 else "generate"
     with ManifestWriter(out, world.rank) as manifest, \
@@ -256,8 +294,9 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
         try:
             for group in _groups(todo):
                 run.run_group(group, batch_size)
-        except BaseException:  # interrupted (SIGTERM, Ctrl-C): also catch a temporary file a signal
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C), stopped: also catch a temporary file a signal
             clean_temporaries(out, f".tmp-r{world.rank}-")  # orphaned between mkstemp and write_atomic's try
+            summary.seconds = time.perf_counter() - start
             raise
     summary.seconds = time.perf_counter() - start
     return summary

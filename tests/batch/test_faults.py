@@ -1,0 +1,103 @@
+"""``diffspec generate`` / ``merge`` under faults: a full disk, non-finite outputs, damaged files, a second process."""
+
+import errno
+import json
+
+import pytest
+from PIL import Image
+
+from diffspec.cli import main
+
+STEPS = ["--steps", "4", "--method", "none"]
+
+
+def _merged(out):
+    return [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def _shas(out):
+    return {r["key"]: r["sha256"] for r in _merged(out) if r["status"] == "ok"}
+
+
+def _error_lines(err):
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.startswith("diffspec:")]
+
+
+def _disk_full(monkeypatch, *, after, manifest=True):
+    """Images fail with ENOSPC after ``after`` successful ones (each failed save leaves a partial file behind it);
+    with ``manifest``, manifest lines then fail too, half written first."""
+    from diffspec.batch import manifest as manifest_module
+
+    saved, full = [0], [False]
+    real_save, real_write = Image.Image.save, manifest_module._write_all
+
+    def save(self, fp, *args, **kwargs):
+        if saved[0] >= after:
+            full[0] = True
+        if full[0]:
+            with open(fp, "wb") as fh:
+                fh.write(b"\x89PNG\r\n")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved[0] += 1
+        return real_save(self, fp, *args, **kwargs)
+
+    def write_all(fd, data):
+        if full[0] and manifest:
+            real_write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(fd, data)
+
+    monkeypatch.setattr(Image.Image, "save", save)
+    monkeypatch.setattr(manifest_module, "_write_all", write_all)
+
+
+@pytest.mark.parametrize("manifest_full", [True, False], ids=["disk-full", "outputs-full"])
+def test_a_full_disk_stops_with_one_line_and_a_rerun_completes(tmp_path, dit_dir, capsys, monkeypatch,
+                                                               manifest_full):
+    from diffspec.batch import read_records
+
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(dit_dir), "--class-labels", "0,1,2,3,0,1", *STEPS, "--out", str(out)]
+    with monkeypatch.context() as patch:
+        _disk_full(patch, after=2, manifest=manifest_full)
+        assert main(argv) == 1
+    captured = capsys.readouterr()
+    (line,) = _error_lines(captured.err)
+    assert line.startswith("diffspec: error: ") and "No space left on device" in line and "rerun" in line
+    records, unreadable = read_records(out)
+    assert unreadable == 0  # no cut line
+    assert [r["status"] for r in records] == ["ok", "ok"] + ([] if manifest_full else ["failed"])
+    if not manifest_full:  # the failed item says why, in one line
+        assert "No space left on device" in records[2]["error"] and "\n" not in records[2]["error"]
+    assert not list(out.glob("*/.tmp-*")) and len(list(out.glob("*/*.png"))) == 2
+    assert not (out / "manifest.jsonl").exists()
+    # space freed: the rerun makes the rest, every item once, the same files as a clean run
+    assert main(argv) == 0
+    assert "4 generated, 2 already done" in capsys.readouterr().out
+    merged = _merged(out)
+    assert len(merged) == 6 and len({r["key"] for r in merged}) == 6 and {r["status"] for r in merged} == {"ok"}
+    clean = tmp_path / "clean"
+    assert main([*argv[:-1], str(clean)]) == 0
+    assert _shas(out) == _shas(clean)
+
+
+def test_the_manifest_is_cut_back_when_a_line_cannot_be_written(tmp_path, monkeypatch):
+    from diffspec.batch import ManifestWriter, read_records
+    from diffspec.batch import manifest as manifest_module
+
+    with ManifestWriter(tmp_path, 0) as m:
+        m.write({"key": "a", "status": "failed", "finished": 1.0})
+        real = manifest_module._write_all
+
+        def half(fd, data):
+            real(fd, data[:7])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(manifest_module, "_write_all", half)
+        with pytest.raises(OSError, match="No space left"):
+            m.write({"key": "b", "status": "failed", "finished": 2.0})
+        monkeypatch.undo()
+        m.write({"key": "c", "status": "failed", "finished": 3.0})
+    records, unreadable = read_records(tmp_path)
+    assert [r["key"] for r in records] == ["a", "c"] and unreadable == 0
