@@ -68,6 +68,28 @@ def to_uint8(array: Any) -> np.ndarray:
     return array
 
 
+def output_problem(array: Any) -> str | None:
+    """Why a pipeline output is not an image a model makes (None when it is one): NaN or infinite values (a
+    diverged sampler), or one value everywhere (an overflow saturating every pixel, a safety checker's blank).
+
+    Example:
+        >>> output_problem(np.full((8, 8, 3), np.inf, np.float32))[:46]
+        'the output holds 0 NaN and 192 infinite values'
+    """
+    if hasattr(array, "detach"):
+        array = array.detach().float().cpu().numpy()
+    data = np.asarray(array)
+    if data.dtype.kind in "fc":
+        nan, inf = int(np.isnan(data).sum()), int(np.isinf(data).sum())
+        if nan or inf:
+            return (f"the output holds {nan} NaN and {inf} infinite values of {data.size} (the sampler diverged: "
+                    "check guidance_scale, steps, dtype)")
+    if data.size > 1 and data.min() == data.max():
+        return (f"the output is one value everywhere ({data.flat[0]:g}): a blank, not a generated image (an overflow, "
+                "e.g. in float16, or a safety checker)")
+    return None
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()

@@ -2,8 +2,9 @@
 
 Outputs go to ``out/<key[:2]>/<key>.png|mp4|webp|gif`` (written atomically), one manifest line
 per item to ``out/manifest-rank<r>.jsonl``. Items already listed ``ok`` with their file present are
-skipped. An item that fails (a bad config value, an error inside the pipeline) is recorded as
-``failed`` with its error, and the batch goes on; when the folder cannot be written (a full disk, a
+skipped. An item that fails (a bad config value, an error inside the pipeline, an output with
+NaN/Inf or one value everywhere, which is not written) is recorded as ``failed`` with its error, and
+the batch goes on; when the folder cannot be written (a full disk, a
 quota, a read-only file system) the run stops with :class:`OutputStopped`.
 
 Example:
@@ -28,7 +29,7 @@ from ..progress import progress
 from .adapter import PipelineAdapter
 from .items import GenItem, cut, item_key
 from .manifest import ManifestWriter, completed, read_records
-from .media import clean_temporaries, default_video_format, write_image, write_video
+from .media import clean_temporaries, default_video_format, output_problem, write_image, write_video
 from .shard import World, shard
 
 DEFAULT_FPS = 16
@@ -185,6 +186,10 @@ class _Run:
         seconds = (time.perf_counter() - start) / len(batch)
         stats = _stats_fields(getattr(result, "spec_stats", None), batch[0].method)
         for item, array in zip(batch, arrays):
+            problem = output_problem(array)
+            if problem is not None:
+                self.fail(item, problem, config)
+                continue
             written = self.write(item, array, config)
             if written is None:
                 continue

@@ -3,6 +3,7 @@
 import errno
 import json
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -101,3 +102,33 @@ def test_the_manifest_is_cut_back_when_a_line_cannot_be_written(tmp_path, monkey
         m.write({"key": "c", "status": "failed", "finished": 3.0})
     records, unreadable = read_records(tmp_path)
     assert [r["key"] for r in records] == ["a", "c"] and unreadable == 0
+
+
+def test_a_non_finite_output_is_failed_not_written(tmp_path, dit_dir):
+    """``guidance_scale=inf`` (through the Python API: the CLI refuses it) makes the sampler diverge to NaN."""
+    from diffspec.batch import GenItem, generate_batch, read_records
+    from diffspec.models import load_pipeline
+
+    pipe = load_pipeline(dit_dir)
+    pipe.set_progress_bar_config(disable=True)
+    items = [GenItem(index=i, line=0, id=str(i), prompt=None, class_label=i, seed=i, steps=3, method="none",
+                     guidance_scale=g) for i, g in enumerate([float("inf"), 4.0])]
+    summary = generate_batch(pipe, items, tmp_path, model={"name": "dit", "fingerprint": "0"}, show_progress=False)
+    assert (summary.generated, summary.failed) == (1, 1)
+    records = {r["id"]: r for r in read_records(tmp_path)[0]}
+    assert records["0"]["status"] == "failed" and "NaN" in records["0"]["error"] and records["0"]["path"] is None
+    assert records["1"]["status"] == "ok"
+    assert [p.name for p in tmp_path.glob("*/*.png")] == [records["1"]["path"].split("/")[1]]
+
+
+def test_outputs_that_no_model_makes_are_named():
+    from diffspec.batch.media import output_problem
+
+    rng = np.random.default_rng(0)
+    image = rng.random((8, 8, 3)).astype(np.float32)
+    assert output_problem(image) is None and output_problem((image * 255).astype(np.uint8)) is None
+    nan, inf = image.copy(), image.copy()
+    nan[0, 0, 0], inf[1, 1, 1] = np.nan, np.inf
+    assert "1 NaN" in output_problem(nan) and "1 infinite" in output_problem(inf)
+    assert "one value" in output_problem(np.zeros((4, 8, 8, 3), np.float32))  # a black video
+    assert "one value" in output_problem(np.full((8, 8, 3), 255, np.uint8))
