@@ -168,7 +168,8 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    """``diffspec merge``: writes ``OUT/manifest.jsonl`` and prints its summary."""
+    """``diffspec merge``: writes ``OUT/manifest.jsonl`` and prints its summary; returns 1 when an output listed ok
+    is missing or damaged (else 0: failed items are in the summary)."""
     from .manifest import merge_manifests
 
     if not Path(args.out).is_dir():
@@ -177,6 +178,12 @@ def run_merge(args: argparse.Namespace) -> int:
     print(summary.line())
     for failure in summary.failures[:10]:
         print(f"  failed {failure}")
+    for lost in summary.lost[:10]:
+        print(f"  {lost}")
     if summary.unreadable_lines:
         print(f"  skipped {summary.unreadable_lines} unreadable manifest line(s) (cut by a killed run)")
+    if summary.missing or summary.damaged:
+        print(f"diffspec: {summary.missing} output(s) missing and {summary.damaged} damaged: rerun the same "
+              "`diffspec generate` command to make them again", file=sys.stderr)
+        return 1
     return 0

@@ -1,11 +1,13 @@
 """Per-rank append-only manifests, resume, and ``diffspec merge``.
 
 Each rank appends one JSON line per finished item to ``out/manifest-rank<r>.jsonl`` (fsynced after
-each line; a line that cannot be written whole, on a full disk, is cut back off): ``key``, ``id``, ``index``, ``status`` (``ok``/``failed``), ``path``
-(relative to ``out``), ``sha256``, ``seconds``, the method's step counts and acceptance, and the
-item's fields. A rerun skips every key that some manifest lists as ``ok`` and whose file exists;
+each line; a line that cannot be written whole, on a full disk, is cut back off): ``key``, ``id``,
+``index``, ``status`` (``ok``/``failed``), ``path`` (relative to ``out``), ``size``, ``sha256``,
+``seconds``, the method's step counts and acceptance, and the item's fields. A rerun skips every key
+that some manifest lists as ``ok`` and whose file has the listed size and sha256;
 :func:`merge_manifests` writes ``out/manifest.jsonl`` with one line per key (the latest ``ok``
-line if any, else the latest failure), in item order.
+line if any, else the latest failure; an ``ok`` line whose file is gone becomes ``missing``, one
+whose file does not match ``damaged``), in item order.
 
 Example:
     >>> summary = merge_manifests("out/")  # doctest: +SKIP
@@ -109,16 +111,34 @@ def read_records(out: str | Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
-def completed(out: str | Path, records: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """key → latest ``ok`` record whose file exists: what a rerun skips."""
+def output_state(out: str | Path, record: dict[str, Any], *, verify: bool = False) -> str:
+    """``"ok"``, ``"missing"`` or ``"damaged"``: whether an ``ok`` record's file is there with the recorded size
+    (and, with ``verify``, sha256). Records written before sizes were recorded are checked by their sha256."""
+    path = Path(out) / str(record.get("path"))
+    if not record.get("path") or not path.is_file():
+        return "missing"
+    size = record.get("size")
+    if size is not None and path.stat().st_size != size:
+        return "damaged"
+    if (verify or size is None) and record.get("sha256") and sha256_file(path) != record["sha256"]:
+        return "damaged"
+    return "ok"
+
+
+def latest_ok(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """key → the latest ``ok`` record of each key listed ``ok`` (whatever state its file is in)."""
+    return {rec["key"]: rec for rec in records if rec.get("status") == "ok"}
+
+
+def completed(out: str | Path, records: list[dict[str, Any]] | None = None, *, keys: set[str] | None = None,
+              verify: bool = False) -> dict[str, dict[str, Any]]:
+    """key → latest ``ok`` record whose file is there with its size (with ``verify``, its sha256 too): what a rerun
+    skips. ``keys``: only these keys (the others are not looked at)."""
     if records is None:
         records, _ = read_records(out)
-    out = Path(out)
-    done: dict[str, dict[str, Any]] = {}
-    for rec in records:
-        if rec.get("status") == "ok" and rec.get("path") and (out / rec["path"]).is_file():
-            done[rec["key"]] = rec
-    return done
+    listed = latest_ok(records)
+    return {key: rec for key, rec in listed.items()
+            if (keys is None or key in keys) and output_state(out, rec, verify=verify) == "ok"}
 
 
 @dataclass
@@ -128,17 +148,21 @@ class MergeSummary:
     path: Path
     ok: int = 0
     failed: int = 0
-    missing: int = 0  # listed ok, but the file is gone (or, with verify, does not match its sha256)
+    missing: int = 0  # listed ok, but the file is gone
+    damaged: int = 0  # listed ok, but the file does not match its size (with verify, its sha256)
     unreadable_lines: int = 0
     mean_seconds: float | None = None
     mean_step_speedup: float | None = None
     failures: list[str] = field(default_factory=list)  # "id: error" of the failed items
+    lost: list[str] = field(default_factory=list)  # "id: missing|damaged path" of the outputs listed ok
 
     def line(self) -> str:
         """One-line human summary."""
         parts = [f"{self.ok} ok", f"{self.failed} failed"]
         if self.missing:
             parts.append(f"{self.missing} missing")
+        if self.damaged:
+            parts.append(f"{self.damaged} damaged")
         text = f"{self.path}: {', '.join(parts)}"
         if self.mean_seconds is not None:
             text += f"; {self.mean_seconds:.3g} s/item"
@@ -152,7 +176,8 @@ def merge_manifests(out: str | Path, *, verify: bool = False) -> MergeSummary:
 
     Args:
         out: the output folder of ``diffspec generate``.
-        verify: re-hash every file and count a mismatch as missing.
+        verify: re-hash every file and count a mismatch as damaged (without it, only a size that differs from
+            the recorded one is).
 
     Raises:
         ValueError: ``out`` holds no rank manifest.
@@ -164,13 +189,11 @@ def merge_manifests(out: str | Path, *, verify: bool = False) -> MergeSummary:
     best: dict[str, dict[str, Any]] = {}
     summary = MergeSummary(out / MERGED, unreadable_lines=bad)
     for rec in records:
-        ok = rec.get("status") == "ok" and (out / str(rec.get("path"))).is_file()
-        if ok and verify and sha256_file(out / rec["path"]) != rec.get("sha256"):
-            ok = False
-        if ok:
+        state = output_state(out, rec, verify=verify) if rec.get("status") == "ok" else None
+        if state == "ok":
             best[rec["key"]] = rec
         elif rec["key"] not in best or best[rec["key"]].get("status") != "ok":
-            best[rec["key"]] = {**rec, "status": "missing"} if rec.get("status") == "ok" else rec
+            best[rec["key"]] = rec if state is None else {**rec, "status": state}
     merged = sorted(best.values(), key=lambda r: (r.get("index", 0), r["key"]))
     seconds, speedups = [], []
     for rec in merged:
@@ -180,8 +203,9 @@ def merge_manifests(out: str | Path, *, verify: bool = False) -> MergeSummary:
             seconds.append(float(rec.get("seconds") or 0.0))
             if rec.get("step_speedup") is not None:
                 speedups.append(float(rec["step_speedup"]))
-        elif status == "missing":
-            summary.missing += 1
+        elif status in ("missing", "damaged"):
+            setattr(summary, status, getattr(summary, status) + 1)
+            summary.lost.append(f"{rec.get('id')}: {status} {rec.get('path')}")
         else:
             summary.failed += 1
             summary.failures.append(f"{rec.get('id')}: {rec.get('error')}")

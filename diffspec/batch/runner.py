@@ -1,11 +1,11 @@
 """Generate this rank's share of a batch into an output folder, resumably (what ``diffspec generate`` runs).
 
 Outputs go to ``out/<key[:2]>/<key>.png|mp4|webp|gif`` (written atomically), one manifest line
-per item to ``out/manifest-rank<r>.jsonl``. Items already listed ``ok`` with their file present are
-skipped. An item that fails (a bad config value, an error inside the pipeline, an output with
-NaN/Inf or one value everywhere, which is not written) is recorded as ``failed`` with its error, and
-the batch goes on; when the folder cannot be written (a full disk, a
-quota, a read-only file system) the run stops with :class:`OutputStopped`.
+per item to ``out/manifest-rank<r>.jsonl``. Items already listed ``ok`` whose file has the listed
+size and sha256 are skipped (a missing or damaged file is generated again). An item that fails (a
+bad config value, an error inside the pipeline, an output with NaN/Inf or one value everywhere) is
+recorded as ``failed`` with its error, and the batch goes on; when the folder cannot be written (a
+full disk, a quota, a read-only file system) the run stops with :class:`OutputStopped`.
 
 Example:
     >>> from diffspec.batch import World, generate_batch, items_from_prompts
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from ..progress import progress
 from .adapter import PipelineAdapter
 from .items import GenItem, cut, item_key
-from .manifest import ManifestWriter, completed, read_records
+from .manifest import ManifestWriter, completed, latest_ok, read_records
 from .media import clean_temporaries, default_video_format, output_problem, write_image, write_video
 from .shard import World, shard
 
@@ -49,6 +49,7 @@ class RunSummary:
     failed: int = 0
     seconds: float = 0.0
     speedups: list[float] = field(default_factory=list)
+    remade: int = 0  # listed ok, but the file was missing or damaged: generated again
     failures: list[str] = field(default_factory=list)  # "line N (id): error"
     keys: list[str] = field(default_factory=list)  # every item's key (all ranks'), in item order
 
@@ -65,6 +66,8 @@ class RunSummary:
             text += f" ({self.seconds / self.generated:.3g} s/item)"
         if self.mean_speedup is not None:
             text += f"; mean speedup {self.mean_speedup:.2f}x (steps / full steps, SpecStats)"
+        if self.remade:
+            text += f"; {self.remade} listed output{'s' if self.remade > 1 else ''} missing or damaged, generated again"
         return text
 
 
@@ -199,7 +202,7 @@ class _Run:
             self.record(item, "ok", config, **written, seconds=round(seconds, 4), batch=len(batch), **stats)
 
     def write(self, item: GenItem, array: Any, config: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Write an item's output: its ``path`` and ``sha256``, or None when it failed (recorded)."""
+        """Write an item's output: its ``path``, ``size`` and ``sha256``, or None when it failed (recorded)."""
         key = self.keys[item.index]
         rel = f"{key[:2]}/{key}.{self.fmt}"
         try:
@@ -207,6 +210,7 @@ class _Run:
                 sha = write_video(self.out / rel, array, fps=item.fps or DEFAULT_FPS, fmt=self.fmt, prefix=self.prefix)
             else:
                 sha = write_image(self.out / rel, array, prefix=self.prefix)
+            size = (self.out / rel).stat().st_size
         except OSError as exc:
             if exc.errno in STORAGE_ERRNOS:
                 self.stop(item, f"writing {rel} in {self.out}: {exc.strerror}", config)
@@ -215,7 +219,7 @@ class _Run:
         except (ValueError, RuntimeError) as exc:
             self.fail(item, f"writing {rel}: {exc}", config)
             return None
-        return {"path": rel, "sha256": sha}
+        return {"path": rel, "size": size, "sha256": sha}
 
 
 def _batches(items: list[GenItem], batch_size: int) -> list[list[GenItem]]:
@@ -284,10 +288,7 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
     out.mkdir(parents=True, exist_ok=True)
     base = {"model": model["name"], "model_fingerprint": model["fingerprint"], "dtype": dtype, "device": device,
             "rank": world.rank, "world_size": world.size, "diffspec": __version__}
-    mine = shard(keys, world.rank, world.size)
-    done = completed(out)
-    todo = [items[i] for i in mine if keys[i] not in done]
-    summary = RunSummary(world.rank, world.size, assigned=len(mine), skipped=len(mine) - len(todo), keys=keys)
+    todo, summary = _todo(out, items, keys, world)
     clean_temporaries(out, f".tmp-r{world.rank}-")
     start = time.perf_counter()
     desc = f"rank {world.rank}" if world.size > 1 else "generate"
@@ -307,8 +308,20 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
     return summary
 
 
+def _todo(out: Path, items: Sequence[GenItem], keys: list[str], world: World) -> tuple[list[GenItem], RunSummary]:
+    """This rank's items not done yet (their outputs' sizes and sha256 checked), and a summary to fill."""
+    mine = shard(keys, world.rank, world.size)
+    own = {keys[i] for i in mine}
+    records, _ = read_records(out)
+    done = completed(out, records, keys=own, verify=True)
+    todo = [items[i] for i in mine if keys[i] not in done]
+    remade = len((set(latest_ok(records)) & own) - set(done))
+    return todo, RunSummary(world.rank, world.size, assigned=len(mine), skipped=len(mine) - len(todo), keys=keys,
+                            remade=remade)
+
+
 def all_recorded(out: str | Path, keys: Sequence[str]) -> bool:
-    """True when every key has a manifest line (ok with its file, or failed): time to merge."""
+    """True when every key has a manifest line (ok with its file at its size, or failed): time to merge."""
     records, _ = read_records(out)
     seen = {r["key"] for r in records if r.get("status") == "failed"} | set(completed(out, records))
     return set(keys) <= seen

@@ -132,3 +132,31 @@ def test_outputs_that_no_model_makes_are_named():
     assert "1 NaN" in output_problem(nan) and "1 infinite" in output_problem(inf)
     assert "one value" in output_problem(np.zeros((4, 8, 8, 3), np.float32))  # a black video
     assert "one value" in output_problem(np.full((8, 8, 3), 255, np.uint8))
+
+
+def test_a_damaged_output_is_found_and_made_again(tmp_path, dit_dir, capsys):
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(dit_dir), "--class-labels", "0,1,2", *STEPS, "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    first = _merged(out)
+    assert all(r["size"] == (out / r["path"]).stat().st_size for r in first)  # recorded with the sha256
+    cut, flipped = out / first[0]["path"], out / first[1]["path"]
+    cut.write_bytes(cut.read_bytes()[:100])  # truncated
+    data = bytearray(flipped.read_bytes())
+    data[-20] ^= 0xFF  # same size, other bytes
+    flipped.write_bytes(bytes(data))
+    assert main(["merge", str(out)]) == 1  # the size gives the truncated file away without hashing
+    assert "2 ok, 0 failed, 1 damaged" in capsys.readouterr().out
+    assert main(["merge", "--verify", str(out)]) == 1
+    assert "1 ok, 0 failed, 2 damaged" in capsys.readouterr().out
+    assert [r["status"] for r in _merged(out)] == ["damaged", "damaged", "ok"]
+    assert main(argv) == 0  # the rerun checks what it skips
+    text = capsys.readouterr().out
+    assert "2 generated, 1 already done" in text and "2 listed outputs missing or damaged" in text
+    assert _shas(out) == {r["key"]: r["sha256"] for r in first}
+    assert main(["merge", "--verify", str(out)]) == 0
+    assert "3 ok, 0 failed" in capsys.readouterr().out
+    cut.unlink()
+    assert main(["merge", "--verify", str(out)]) == 1
+    assert "2 ok, 0 failed, 1 missing" in capsys.readouterr().out
