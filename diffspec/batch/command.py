@@ -1,12 +1,12 @@
 """The ``diffspec generate`` and ``diffspec merge`` commands (argument parsing lives in ``diffspec.cli``).
 
 Input errors (a malformed line, an unknown field or method, a missing model folder, an output
-folder that cannot be written) raise ``ValueError`` naming the line or flag, before anything is
-generated or the output folder is made; ``diffspec.cli`` prints them as one line and exits 2. Items
-that fail while running are recorded in the manifest and the exit code is 1 (0 under a launcher, so
-that it does not stop the other ranks; the merged summary counts the failures). A folder that
-cannot be written any more (a full disk) stops the run: one line, exit 1, and the same command
-resumes once there is space.
+folder that cannot be written, another unranked run on the same folder) raise ``ValueError`` naming
+the line or flag, before anything is generated or the output folder is made; ``diffspec.cli``
+prints them as one line and exits 2. Items that fail while running are recorded in the manifest and
+the exit code is 1 (0 under a launcher, so that it does not stop the other ranks; the merged summary
+counts the failures). A folder that cannot be written any more (a full disk) stops the run: one
+line, exit 1, and the same command resumes once there is space.
 
 Example:
     $ diffspec generate --model tiny-dit --prompt-file examples/items.jsonl --out out/
@@ -125,6 +125,7 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     import torch
 
     from ..models import SHIPPED_MODELS, load_pipeline, resolve_model_path
+    from .lock import check_free
     from .manifest import merge_manifests
     from .media import check_video_format
     from .runner import OutputStopped, all_recorded, generate_batch
@@ -141,6 +142,7 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     world = World.detect(args.rank, args.world_size)
     folder = resolve_model_path(args.model)
     check_writable(args.out)
+    check_free(args.out, world)  # before the model loads: a second unranked run on --out is refused at once
     model = model_identity(folder, name=str(args.model) if str(args.model) in SHIPPED_MODELS else folder.name)
     device = world.device(device, torch.cuda.is_available(), torch.cuda.device_count())
     pipe = load_pipeline(folder, dtype=getattr(torch, args.dtype), device=device)

@@ -5,7 +5,8 @@ per item to ``out/manifest-rank<r>.jsonl``. Items already listed ``ok`` whose fi
 size and sha256 are skipped (a missing or damaged file is generated again). An item that fails (a
 bad config value, an error inside the pipeline, an output with NaN/Inf or one value everywhere) is
 recorded as ``failed`` with its error, and the batch goes on; when the folder cannot be written (a
-full disk, a quota, a read-only file system) the run stops with :class:`OutputStopped`.
+full disk, a quota, a read-only file system) the run stops with :class:`OutputStopped`. A single
+process holds the folder's lock (:mod:`~diffspec.batch.lock`) while it runs.
 
 Example:
     >>> from diffspec.batch import World, generate_batch, items_from_prompts
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 from ..progress import progress
 from .adapter import PipelineAdapter
 from .items import GenItem, cut, item_key
+from .lock import single_writer
 from .manifest import ManifestWriter, completed, latest_ok, read_records
 from .media import clean_temporaries, default_video_format, output_problem, write_image, write_video
 from .shard import World, shard
@@ -267,6 +269,7 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
 
     Raises:
         ItemError: an item the pipeline cannot take (before anything is written).
+        FolderBusy: a single process, and another one holds ``out``.
         OutputStopped: ``out`` cannot be written any more (a full disk); what is done is kept.
 
     Args:
@@ -288,22 +291,23 @@ def generate_batch(pipe: Any, items: Sequence[GenItem], out: str | Path, *, mode
     out.mkdir(parents=True, exist_ok=True)
     base = {"model": model["name"], "model_fingerprint": model["fingerprint"], "dtype": dtype, "device": device,
             "rank": world.rank, "world_size": world.size, "diffspec": __version__}
-    todo, summary = _todo(out, items, keys, world)
-    clean_temporaries(out, f".tmp-r{world.rank}-")
-    start = time.perf_counter()
-    desc = f"rank {world.rank}" if world.size > 1 else "generate"
-    with ManifestWriter(out, world.rank) as manifest, \
-            progress(total=len(todo), desc=desc, unit="item", position=world.rank, disable=not show_progress,
-                     dynamic_ncols=True) as bar:
-        run = _Run(pipe, out, adapter, {it.index: keys[i] for i, it in enumerate(items)}, fmt, manifest, bar,
-                   summary, base)
-        try:
-            for group in _groups(todo):
-                run.run_group(group, batch_size)
-        except BaseException:  # interrupted (SIGTERM, Ctrl-C), stopped: also catch a temporary file a signal
-            clean_temporaries(out, f".tmp-r{world.rank}-")  # orphaned between mkstemp and write_atomic's try
-            summary.seconds = time.perf_counter() - start
-            raise
+    with single_writer(out, world):
+        todo, summary = _todo(out, items, keys, world)
+        clean_temporaries(out, f".tmp-r{world.rank}-")
+        start = time.perf_counter()
+        desc = f"rank {world.rank}" if world.size > 1 else "generate"
+        with ManifestWriter(out, world.rank) as manifest, \
+                progress(total=len(todo), desc=desc, unit="item", position=world.rank, disable=not show_progress,
+                         dynamic_ncols=True) as bar:
+            run = _Run(pipe, out, adapter, {it.index: keys[i] for i, it in enumerate(items)}, fmt, manifest, bar,
+                       summary, base)
+            try:
+                for group in _groups(todo):
+                    run.run_group(group, batch_size)
+            except BaseException:  # interrupted (SIGTERM, Ctrl-C), stopped: also catch a temporary file a signal
+                clean_temporaries(out, f".tmp-r{world.rank}-")  # orphaned between mkstemp and write_atomic's try
+                summary.seconds = time.perf_counter() - start
+                raise
     summary.seconds = time.perf_counter() - start
     return summary
 

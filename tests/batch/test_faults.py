@@ -2,6 +2,8 @@
 
 import errno
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -160,3 +162,26 @@ def test_a_damaged_output_is_found_and_made_again(tmp_path, dit_dir, capsys):
     cut.unlink()
     assert main(["merge", "--verify", str(out)]) == 1
     assert "2 ok, 0 failed, 1 missing" in capsys.readouterr().out
+
+
+def test_a_second_unranked_run_on_one_folder_is_refused(tmp_path, dit_dir, capsys):
+    from diffspec.batch.lock import LOCK_NAME
+
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["generate", "--model", str(dit_dir), "--class-labels", "0,1", *STEPS, "--out", str(out)]
+    hold = ("import sys, time\nfrom filelock import FileLock\nlock = FileLock(sys.argv[1])\nlock.acquire()\n"
+            "print('held', flush=True)\ntime.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out / LOCK_NAME)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(argv) == 2
+        (line,) = _error_lines(capsys.readouterr().err)
+        assert str(out) in line and all(w in line for w in ("--rank", "--world-size", "torchrun", "accelerate"))
+        assert not list(out.glob("manifest*"))
+        assert main([*argv, "--rank", "1", "--world-size", "2"]) == 0  # ranked runs take no lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(argv) == 0  # the folder is free again
+    assert "1 generated, 1 already done" in capsys.readouterr().out

@@ -108,3 +108,26 @@ def test_one_and_two_launched_processes_write_identical_files(tmp_path, dit_dir)
 
     one, two = shas(tmp_path / "one"), shas(tmp_path / "two")
     assert len(one) == 9 and one == two
+
+
+@pytest.mark.slow
+def test_a_second_unranked_process_on_one_folder_is_refused_while_the_first_runs(tmp_path, dit_dir, capsys):
+    items = tmp_path / "items.txt"
+    items.write_text("".join(f"class{i % 4}\n" for i in range(12)))
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(dit_dir), "--prompt-file", str(items), "--steps", "40", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "diffspec", *argv], cwd=ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_lines(proc, out / "manifest-rank0.jsonl", 1)
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("diffspec: error: another unranked `diffspec generate` is writing to") and "\n" not in err
+        assert "--rank R --world-size N" in err and "torchrun" in err
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert main(argv) == 0  # resumes once the first has stopped: every item once
+    merged = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert len(merged) == 12 and len({r["key"] for r in merged}) == 12
+    assert len({r["key"] for r in map(json.loads, _lines(out / "manifest-rank0.jsonl"))}) == 12
