@@ -51,11 +51,13 @@ class ManifestWriter:
 
     def __init__(self, out: str | Path, rank: int) -> None:
         self.path = rank_manifest(out, rank)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # closed in close()
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+        self._fd = os.open(self.path, flags, 0o666)  # closed in close()
         try:
-            size = os.fstat(self._fd).st_size
-            if size > 0 and os.pread(self._fd, 1, size - 1) != b"\n":
-                _write_all(self._fd, b"\n")
+            if os.lseek(self._fd, 0, os.SEEK_END) > 0:
+                os.lseek(self._fd, -1, os.SEEK_END)
+                if os.read(self._fd, 1) != b"\n":
+                    _write_all(self._fd, b"\n")
         except BaseException:
             os.close(self._fd)
             raise

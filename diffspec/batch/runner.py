@@ -35,7 +35,7 @@ from .media import clean_temporaries, default_video_format, output_problem, writ
 from .shard import World, shard
 
 DEFAULT_FPS = 16
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EROFS, errno.EIO})
 """Write errors that every later item would meet too: the run stops on them instead of failing item after item."""
 
 
@@ -198,10 +198,10 @@ class _Run:
             written = self.write(item, array, config)
             if written is None:
                 continue
-            self.summary.generated += 1
+            self.record(item, "ok", config, **written, seconds=round(seconds, 4), batch=len(batch), **stats)
+            self.summary.generated += 1  # once its line is on disk: a rerun keeps it
             if stats["step_speedup"] is not None:
                 self.summary.speedups.append(stats["step_speedup"])
-            self.record(item, "ok", config, **written, seconds=round(seconds, 4), batch=len(batch), **stats)
 
     def write(self, item: GenItem, array: Any, config: dict[str, Any] | None) -> dict[str, Any] | None:
         """Write an item's output: its ``path``, ``size`` and ``sha256``, or None when it failed (recorded)."""
