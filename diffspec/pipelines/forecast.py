@@ -112,8 +112,21 @@ class ForecastPipeline(SpeculativePipeline):
         return [*self.hooks.values(), *([self.controlnet_forecast] if self.controlnet_forecast else [])]
 
     def enable(self) -> None:
-        for hooks in self._attached():
-            hooks.attach()
+        """Attach every denoiser's hooks (and the ControlNet's), all or none.
+
+        Raises:
+            ValueError: another wrapper's hooks hold one of these modules (call its ``disable()`` first).
+        """
+        attached: list[ForecastHooks | ControlNetForecast] = []
+        try:
+            for hooks in self._attached():
+                if not hooks.attached:
+                    hooks.attach()
+                    attached.append(hooks)
+        except ValueError:
+            for hooks in reversed(attached):
+                hooks.detach()
+            raise
         super().enable()
 
     def disable(self) -> None:
