@@ -13,6 +13,7 @@ import torch
 from .ar_image.config import GSDConfig, MCSJDConfig, MCSJDRAConfig, SJDConfig, SJDPACConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
+from .checks import check_finite_arguments, named_arguments
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .forecast.claims import check_unclaimed
 from .multimodal.action_config import RelaxedActionConfig
@@ -271,7 +272,13 @@ class SpeculativePipeline:
         return self.pipe(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the wrapped pipeline with the method applied; same signature as the pipeline."""
+        """Run the wrapped pipeline with the method applied; same signature as the pipeline.
+
+        Raises:
+            ValueError: an argument is or holds a NaN or an infinity (``guidance_scale=nan``, ``latents`` with a
+                NaN...), named in the message (:func:`~diffspec.checks.check_finite_arguments`).
+        """
+        check_finite_arguments(named_arguments((self._run, self.pipe), args, kwargs))
         self.stats.reset()
         start = time.perf_counter()
         out = self._run(*args, **kwargs) if self.enabled else self.pipe(*args, **kwargs)
