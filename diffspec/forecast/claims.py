@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 HINT = ("a module takes one diffspec method at a time: call spec.disable() on the SpeculativePipeline that "
-        "holds it before wrapping it again (or keep using that one; spec.config.replace(...) builds another config)")
+        "holds it before wrapping it again (or keep using that one)")
 
 _OWNERS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, str]] = weakref.WeakKeyDictionary()
 """Claimed module -> (a weak reference to the hooks holding it, their method's name)."""

@@ -117,14 +117,14 @@ class ForecastPipeline(SpeculativePipeline):
         Raises:
             ValueError: another wrapper's hooks hold one of these modules (call its ``disable()`` first).
         """
-        attached: list[ForecastHooks | ControlNetForecast] = []
+        started: list[ForecastHooks | ControlNetForecast] = []
         try:
             for hooks in self._attached():
                 if not hooks.attached:
+                    started.append(hooks)  # before attach: one that fails half way is detached too
                     hooks.attach()
-                    attached.append(hooks)
-        except ValueError:
-            for hooks in reversed(attached):
+        except Exception:
+            for hooks in reversed(started):
                 hooks.detach()
             raise
         super().enable()

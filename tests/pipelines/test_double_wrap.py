@@ -106,6 +106,10 @@ def test_both_wan22_experts_are_guarded_and_restored(wan22):
     with pytest.raises(ValueError, match=r"WanPipeline\.transformer_2 already carries diffspec 'taylor' hooks"):
         SpeculativePipeline.from_pipe(wan22, method="taylor")
     assert_untouched(wan22, before, skip=("transformer_2",))
+    with pytest.raises(ValueError, match=r"WanTransformer3DModel already carries diffspec 'taylor' hooks"):
+        spec.enable()  # the first expert attaches, the second is held: the first is detached again
+    assert not spec.enabled
+    assert_untouched(wan22, before, skip=("transformer_2",))
     held.disable()
     assert_untouched(wan22, before)
 
