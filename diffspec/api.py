@@ -13,7 +13,9 @@ import torch
 from .ar_image.config import GSDConfig, MCSJDConfig, MCSJDRAConfig, SJDConfig, SJDPACConfig
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
+from .checks import check_finite_arguments, named_arguments
 from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .forecast.claims import check_unclaimed
 from .multimodal.action_config import RelaxedActionConfig
 from .multimodal.codec_config import RelaxedCodecConfig
 from .multimodal.compressed_config import CompressedDraftConfig
@@ -170,9 +172,13 @@ class SpeculativePipeline:
     def from_pipe(cls, target: Any, method: str | MethodConfig = "taylor", **overrides: Any) -> SpeculativePipeline:
         """Wrap an existing pipeline/model with ``method`` (a registry name or a config).
 
+        A pipeline takes one method at a time: wrapping one whose modules already carry diffspec
+        hooks (from a ``SpeculativePipeline`` not disabled yet) raises; call ``spec.disable()`` first.
+
         Raises:
             ValueError: unknown method, a method of another family than the target, a method
-                not implemented yet, an unsupported target, or a bad config value.
+                not implemented yet, an unsupported target, a target already wrapped, or a bad
+                config value.
         """
         family = target_family(target)
         if family is None:
@@ -194,6 +200,8 @@ class SpeculativePipeline:
                 f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
                 + (_AR_WRAP_HINT if info.family == "ar_image" else "")
             )
+        if family == "diffusion":
+            check_unclaimed(target)
         # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
         drafter = info is not None and info.family == "multimodal" and "draft" in overrides
         extra = {"draft": overrides.pop("draft")} if drafter else {}
@@ -264,7 +272,13 @@ class SpeculativePipeline:
         return self.pipe(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the wrapped pipeline with the method applied; same signature as the pipeline."""
+        """Run the wrapped pipeline with the method applied; same signature as the pipeline.
+
+        Raises:
+            ValueError: an argument is or holds a NaN or an infinity (``guidance_scale=nan``, ``latents`` with a
+                NaN...), named in the message (:func:`~diffspec.checks.check_finite_arguments`).
+        """
+        check_finite_arguments(named_arguments((self._run, self.pipe), args, kwargs))
         self.stats.reset()
         start = time.perf_counter()
         out = self._run(*args, **kwargs) if self.enabled else self.pipe(*args, **kwargs)

@@ -15,69 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-
-def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
-    """Raise ``ValueError`` unless ``value`` is an int in ``[lo, hi]`` (``hi=None``: unbounded)."""
-    upper = "inf" if hi is None else str(hi)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be an integer in [{lo}, {upper}]")
-    if value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value!r} is out of range: allowed [{lo}, {upper}]")
-
-
-def check_float(name: str, value: Any, lo: float, hi: float = math.inf, *, lo_open: bool = False) -> None:
-    """Raise ``ValueError`` unless ``value`` is a real number in ``[lo, hi]`` (or ``(lo, hi]``)."""
-    bracket = "(" if lo_open else "["
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{name}={value!r} must be a number in {bracket}{lo}, {hi}]")
-    if value > hi or value < lo or (lo_open and value == lo):
-        raise ValueError(f"{name}={value!r} is out of range: allowed {bracket}{lo}, {hi}]")
-
-
-def check_bool(name: str, value: Any) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is ``True`` or ``False``."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be True or False")
-
-
-def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
-    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not supported: choose one of {', '.join(map(repr, choices))}")
-
+from .checks import check_bool, check_choice, check_float, check_int, check_names, check_steps
 
 GRANULARITIES = ("block", "module", "auto")
 """What forecast methods cache (see :class:`ForecastConfig`)."""
-
-
-def check_names(name: str, value: Any) -> tuple[str, ...] | None:
-    """``value`` as a tuple of non-empty strings (None stays None); ``ValueError`` otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, (tuple, list)) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{name}={value!r} must be a non-empty tuple of attribute names (strings)")
-    return tuple(value)
-
-
-def check_steps(name: str, value: Any) -> tuple[int, ...] | None:
-    """None, or a non-empty collection of distinct step indices >= 0, returned sorted as a tuple."""
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{name}={value!r} must be a list of step indices (ints >= 0) or None")
-    steps = list(value)
-    if not steps or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in steps):
-        raise ValueError(f"{name}={value!r} must be a non-empty list of step indices (ints >= 0) or None")
-    if len(set(steps)) != len(steps):
-        raise ValueError(f"{name}={value!r} repeats a step; each step index may appear once")
-    return tuple(sorted(steps))
 
 
 @dataclass(frozen=True)
@@ -136,9 +81,10 @@ class ForecastConfig(MethodConfig):
             the first step; the order, then the granularity (``"auto"``), is lowered to fit.
         blocks: names of the transformer's ``nn.ModuleList`` attributes holding its blocks, in
             execution order (None: found from ``_repeated_blocks`` or the longest block list).
-        full_steps: instead of ``interval``: exactly this many full steps per generation, the ``warmup``
-            steps, the last step and the rest spread evenly in between (placed once the generation's step
-            count is known, so it suits any ``num_inference_steps``). ``None`` (default): ``interval``.
+        full_steps: instead of ``interval``: exactly this many full steps per generation (more than
+            ``warmup``), the ``warmup`` steps, the last step and the rest spread evenly in between (placed once
+            the generation's step count is known, so it suits any ``num_inference_steps``). ``None``
+            (default): ``interval``.
 
     Example:
         >>> cfg = ForecastConfig(order=2, interval=4)
@@ -168,7 +114,11 @@ class ForecastConfig(MethodConfig):
         check_int("interval", self.interval, 1, 1000)
         check_int("warmup", self.warmup, 1, 10_000)
         if self.full_steps is not None:
-            check_int("full_steps", self.full_steps, self.warmup + 1, 100_000)
+            check_int("full_steps", self.full_steps, 1, 100_000)
+            if self.full_steps <= self.warmup:
+                raise ValueError(f"full_steps={self.full_steps} with warmup={self.warmup}: the warmup steps are full "
+                                 f"steps and at least one more follows; allowed full_steps >= warmup + 1 = "
+                                 f"{self.warmup + 1}")
         check_bool("last_step_full", self.last_step_full)
         check_choice("form", self.form, ("newton", "taylor"))
         check_choice("abscissa", self.abscissa, ("index", "sigma"))
@@ -192,12 +142,13 @@ class SpecaConfig(MethodConfig):
     Args:
         order, warmup, last_step_full, form, abscissa, granularity, max_cache_gb, blocks: as in
             :class:`ForecastConfig`.
-        k_min: drafts in a row before checks start (0: every draft is checked).
+        k_min: drafts in a row before checks start (0: every draft is checked); at most ``k_max - 2``
+            with a verifier, else no draft would ever be checked.
         k_max: full steps are at most ``k_max`` steps apart (a full step is forced after
             ``k_max - 1`` drafts in a row); with ``tau0=inf`` this is ``taylor`` at ``interval=k_max``.
-        tau0, beta, tau_min: the threshold schedule. ``None`` (default): read from the model's
-            calibration file (``diffspec calibrate``), else the generic fallback
-            :data:`FALLBACK_TAU`.
+        tau0, beta, tau_min: the threshold schedule, finite (but ``tau0=inf``: no verifier), with
+            ``tau_min <= tau0``. ``None`` (default): read from the model's calibration file
+            (``diffspec calibrate``), else the generic fallback :data:`FALLBACK_TAU`.
         policy: ``"strict"`` or ``"lazy"``.
         metric: ``"rel_l1"`` (ratio of norms, bounded), ``"rel_res"`` (relative to the last
             block's own residual) or ``"rel_l1_mean"`` (the reference code's mean of elementwise
@@ -255,11 +206,12 @@ class SpecaConfig(MethodConfig):
         check_int("k_min", self.k_min, 0, 1000)
         check_int("k_max", self.k_max, 1, 1000)
         if self.tau0 is not None:
-            check_float("tau0", self.tau0, 0.0)
+            check_float("tau0", self.tau0, 0.0, allow_inf=True)  # inf: no draft is ever rejected
         if self.beta is not None:
             check_float("beta", self.beta, 0.0, 100.0, lo_open=True)
         if self.tau_min is not None:
             check_float("tau_min", self.tau_min, 0.0)
+        self._check_relations()
         check_bool("last_step_full", self.last_step_full)
         check_choice("policy", self.policy, ("strict", "lazy"))
         check_choice("metric", self.metric, ("rel_l1", "rel_res", "rel_l1_mean"))
@@ -270,14 +222,42 @@ class SpecaConfig(MethodConfig):
             check_float("max_cache_gb", self.max_cache_gb, 0.0, lo_open=True)
         object.__setattr__(self, "blocks", check_names("blocks", self.blocks))
 
+    def _check_relations(self) -> None:
+        """``tau_min <= tau0``; with a verifier (``tau0`` not ``inf``, no replay), ``k_min <= k_max - 2``."""
+        if self.tau0 is not None and self.tau_min is not None and self.tau_min > self.tau0:
+            raise ValueError(f"tau_min={self.tau_min} is above tau0={self.tau0}: tau0 is the threshold at the first "
+                             "step and tau_min its floor; allowed tau_min <= tau0")
+        replay = self.replay_steps is not None or self.replay_full_steps is not None
+        if not replay and (self.tau0 is None or math.isfinite(self.tau0)) and self.k_min > self.k_max - 2:
+            raise ValueError(f"k_min={self.k_min} with k_max={self.k_max}: no draft would ever be checked (drafts run "
+                             f"at most k_max - 1 = {self.k_max - 1} in a row and checks start after k_min of them); "
+                             f"allowed k_min <= k_max - 2 = {self.k_max - 2}. Lower k_min or raise k_max, or set "
+                             "tau0=inf for unverified forecasting")
+
     @property
     def calibrated(self) -> bool:
         """True when the three threshold values are set."""
         return None not in (self.tau0, self.beta, self.tau_min)
 
     def with_fallback(self) -> SpecaConfig:
-        """Fill unset threshold values from :data:`FALLBACK_TAU`."""
-        return self.replace(**{k: v for k, v in FALLBACK_TAU.items() if getattr(self, k) is None})  # type: ignore
+        """Fill unset threshold values from :data:`FALLBACK_TAU` (see :meth:`fill_thresholds`)."""
+        return self.fill_thresholds(FALLBACK_TAU)
+
+    def fill_thresholds(self, values: Mapping[str, Any]) -> SpecaConfig:
+        """Set the unset ``tau0`` / ``beta`` / ``tau_min`` from ``values`` (a calibration record, the fallback),
+        keeping ``tau_min <= tau0``: a filled ``tau_min`` is lowered to a ``tau0`` set here, a filled ``tau0``
+        raised to a ``tau_min`` set here.
+
+        Example:
+            >>> SpecaConfig(tau0=0.01).fill_thresholds({"tau0": 0.1, "beta": 0.3, "tau_min": 0.02}).tau_min
+            0.01
+        """
+        fill = {k: float(values[k]) for k in ("tau0", "beta", "tau_min") if getattr(self, k) is None}
+        if "tau_min" in fill and self.tau0 is not None:
+            fill["tau_min"] = min(fill["tau_min"], self.tau0)
+        if "tau0" in fill and self.tau_min is not None:
+            fill["tau0"] = max(fill["tau0"], self.tau_min)
+        return self.replace(**fill)  # type: ignore[return-value]
 
     def tau(self, progress: float) -> float:
         """The threshold at ``progress`` in [0, 1]."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
+
 from ..config import CouplingConfig
-from ..schedulers.sigma import KINDS
+from ..schedulers.sigma import KINDS, SigmaTransition
 from .nodes import _SAMPLES, CATEGORY, StatsNode, _choice, _float, _int
 from .sampler import SpeculativeRun, sample_speculative
 
@@ -56,7 +58,9 @@ class SpeculativeSamplerNode:
 
         if sampler not in KINDS:
             raise ValueError(f"sampler={sampler!r} is not supported: allowed {', '.join(KINDS)}")
-        CouplingConfig(lookahead=lookahead, adaptive=adaptive, max_lookahead=max_lookahead)  # validate now
+        # validate now, as sampling would: the lookahead fields, then the step law (eta, s_noise)
+        CouplingConfig(lookahead=lookahead, adaptive=adaptive, max_lookahead=max_lookahead)
+        SigmaTransition(torch.tensor([1.0, 0.0]), sampler, eta=eta, s_noise=s_noise)
         options = {"kind": sampler, "lookahead": lookahead, "adaptive": adaptive, "max_lookahead": max_lookahead,
                    "eta": eta, "s_noise": s_noise, "run": SpeculativeRun()}
         return (KSAMPLER(sample_speculative, extra_options=options),)

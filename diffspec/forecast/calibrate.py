@@ -185,8 +185,7 @@ def resolve_thresholds(config: SpecaConfig, folder: str | Path | None) -> tuple[
         return config, "config"
     record = load_calibration(folder)
     if record is not None:
-        values = {k: float(record[k]) for k in ("tau0", "beta", "tau_min") if getattr(config, k) is None}
-        return config.replace(**values), str(Path(folder) / CALIBRATION_FILE)  # type: ignore[arg-type]
+        return config.fill_thresholds(record), str(Path(folder) / CALIBRATION_FILE)  # type: ignore[arg-type]
     return config.with_fallback(), "fallback"
 
 

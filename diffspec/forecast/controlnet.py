@@ -31,6 +31,7 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
+from .claims import claim, release
 from .gate import Schedule
 from .steps import TIMESTEP_ARGS, StepTracker
 from .taylor import TaylorForecaster
@@ -140,9 +141,14 @@ class ControlNetForecast:
 
     def attach(self) -> None:
         """Wrap the ControlNet's ``forward`` (idempotent; an instance ``forward`` already there, such as accelerate's
-        offload hook, runs inside the wrapper and is put back by :meth:`detach`)."""
+        offload hook, runs inside the wrapper and is put back by :meth:`detach`).
+
+        Raises:
+            ValueError: other diffspec hooks hold the ControlNet (:mod:`~.claims`); nothing is installed.
+        """
         if self.attached:
             return
+        claim(self.controlnet, self, self.config.method, type(self.controlnet).__name__)
         self._previous = self.controlnet.__dict__.get("forward")
         original = self.controlnet.forward
 
@@ -159,6 +165,7 @@ class ControlNetForecast:
             elif "forward" in self.controlnet.__dict__:
                 del self.controlnet.forward
             self._wrapper = self._previous = None
+            release(self.controlnet, self)
         self.reset()
 
     def reset(self) -> None:

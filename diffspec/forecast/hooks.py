@@ -37,6 +37,7 @@ from .blocks import (
     find_block_lists,
 )
 from .budget import settle_cache
+from .claims import claim, release
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
 from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
@@ -170,9 +171,14 @@ class ForecastHooks(ModuleForecasts):
         return bool(self._handles)
 
     def attach(self) -> None:
-        """Install the hooks (idempotent)."""
+        """Install the hooks (idempotent).
+
+        Raises:
+            ValueError: other diffspec hooks hold the transformer (:mod:`~.claims`); nothing is installed.
+        """
         if self.attached:
             return
+        claim(self.calls.model, self, self.config.method, type(self.calls.model).__name__)
         pre, post = torch.compiler.disable(self._pre_forward), torch.compiler.disable(self._post_forward)
         self._handles.append(self.transformer.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(self.transformer.register_forward_hook(post, with_kwargs=True))
@@ -205,6 +211,7 @@ class ForecastHooks(ModuleForecasts):
                 del module.forward
         self._patched.clear()
         self.calls.restore()
+        release(self.calls.model, self)
         self.reset()
 
     def reset(self) -> None:

@@ -112,8 +112,21 @@ class ForecastPipeline(SpeculativePipeline):
         return [*self.hooks.values(), *([self.controlnet_forecast] if self.controlnet_forecast else [])]
 
     def enable(self) -> None:
-        for hooks in self._attached():
-            hooks.attach()
+        """Attach every denoiser's hooks (and the ControlNet's), all or none.
+
+        Raises:
+            ValueError: another wrapper's hooks hold one of these modules (call its ``disable()`` first).
+        """
+        started: list[ForecastHooks | ControlNetForecast] = []
+        try:
+            for hooks in self._attached():
+                if not hooks.attached:
+                    started.append(hooks)  # before attach: one that fails half way is detached too
+                    hooks.attach()
+        except Exception:
+            for hooks in reversed(started):
+                hooks.detach()
+            raise
         super().enable()
 
     def disable(self) -> None:

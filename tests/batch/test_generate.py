@@ -32,7 +32,7 @@ def _error(capsys):
 
 
 ITEMS = [{"id": "a", "class_label": "class0"}, {"id": "b", "class_label": 1, "seed": 42},
-         {"id": "c", "class_label": "class2", "method": "speca", "config": {"k_max": 3}},
+         {"id": "c", "class_label": "class2", "method": "speca", "config": {"k_max": 3, "k_min": 1}},
          {"id": "d", "class_label": "class3", "method": "none", "steps": 4},
          {"id": "e", "class_label": "class1", "config": {"order": 2}}]
 

@@ -73,7 +73,7 @@ def test_shipped_pipeline_suite_reports_fid_and_accuracy():
 def test_overrides_target_one_method_or_every_method_with_the_field():
     from diffspec.bench.dit_cache import method_configs
 
-    configs = method_configs({"order": 2, "speca.k_max": 4, "taylor.interval": 3})
+    configs = method_configs({"order": 2, "speca.k_max": 4, "speca.k_min": 2, "taylor.interval": 3})
     assert configs["taylor"].order == configs["speca"].order == 2
     assert configs["speca"].k_max == 4 and configs["taylor"].interval == 3
     with pytest.raises(ValueError, match="--set bogus"):
