@@ -13,6 +13,7 @@ from diffusers import (
     DiTPipeline,
     DiTTransformer2DModel,
     DPMSolverMultistepScheduler,
+    DPMSolverSinglestepScheduler,
     EulerDiscreteScheduler,
 )
 
@@ -142,8 +143,11 @@ def test_unsupported_schedulers_and_pipelines_are_clear_errors(random_dit_pipe):
                        scheduler=EulerDiscreteScheduler())
     with pytest.raises(ValueError, match="EulerDiscreteScheduler is deterministic"):
         SpeculativePipeline.from_pipe(pipe, method="coupling")
-    pipe.scheduler = DDIMScheduler()
-    SpeculativePipeline.from_pipe(pipe, method="coupling", eta=0.5)  # DDIM at eta > 0 is stochastic
+    pipe.scheduler = DDIMScheduler()  # DiTPipeline never passes eta: deterministic DDIM, whatever the config says
+    with pytest.raises(ValueError, match="DiTPipeline calls DDIMScheduler.step without eta"):
+        SpeculativePipeline.from_pipe(pipe, method="coupling", eta=0.5)
+    pipe.scheduler = DPMSolverSinglestepScheduler(algorithm_type="sde-dpmsolver++", solver_order=1)
+    SpeculativePipeline.from_pipe(pipe, method="coupling")
     with pytest.raises(ValueError, match="'autospec' .* needs DDPMScheduler"):
         SpeculativePipeline.from_pipe(pipe, method="autospec")
     with pytest.raises(ValueError, match=r"lookahead=0 is out of range"):
