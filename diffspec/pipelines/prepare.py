@@ -5,7 +5,9 @@ a preparer checks the inputs and encodes the prompt with the pipeline's ``check_
 ``encode_prompt``, draws the initial latents with its ``prepare_latents``, builds the scheduler's
 :class:`~diffspec.schedulers.gaussian.GaussianTransition` (with SD3's resolution shift ``mu``),
 the batched guided denoiser (:mod:`~diffspec.pipelines.denoisers`), the callback adapter and
-the decoder that returns the pipeline's own output class.
+the decoder that returns the pipeline's own output class. :data:`LOOPS` records how each
+pipeline's own loop drives its scheduler; :func:`check_pair` refuses the schedulers that loop does
+not run as their own sampler, so the plain path always equals the unwrapped pipeline.
 
 Example:
     >>> job = PREPARERS["PixArtAlphaPipeline"](pipe, bound_args, eta=1.0, device="cpu")  # doctest: +SKIP
