@@ -89,7 +89,7 @@ def test_schedule_settings_keep_the_pipelines_law(case, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_reported_trailing_v_prediction_configuration_at_1000_samples(monkeypatch):
+def test_trailing_v_prediction_fixed_large_at_30_steps_and_1000_samples(monkeypatch):
     """DDPM v-prediction, fixed_large, trailing, 30 steps, guidance 4, 8x8 latents (where autospec crashed)."""
     build, scheduler, _, extra, methods = CASES["pixart-ddpm-trailing-v-fixed-large"]
     pipe = build(scheduler=scheduler())
