@@ -303,8 +303,9 @@ class CouplingConfig(MethodConfig):
             ``"forecast-output"`` the raw network outputs; both re-apply the scheduler's mean and
             stay exact (the coupling verifies), only acceptance changes.
         forecast_order: the forecast drafts' polynomial degree (1-3); ignored otherwise.
-        eta: DDIM's noise level when the pipeline's scheduler is ``DDIMScheduler`` (must be > 0;
-            1 equals DDPM); ignored by other schedulers.
+        eta: DDIM's noise level (in ``(0, 1]``; 1 equals DDPM) for a pipeline whose call takes ``eta``
+            (PixArt) when the call passes none; ``None`` (default): the call's ``eta``. A call's ``eta``
+            that differs is an error; other schedulers ignore it, as the pipeline's ``step`` does.
 
     Example:
         >>> CouplingConfig(lookahead=8).exact
@@ -319,14 +320,15 @@ class CouplingConfig(MethodConfig):
     adaptive: bool = True
     max_lookahead: int = 16
     draft: str = "x0"
-    eta: float = 1.0
+    eta: float | None = None
     forecast_order: int = 1
 
     def __post_init__(self) -> None:
         check_lookahead(self.lookahead, self.max_lookahead, self.adaptive)
         check_choice("draft", self.draft, DRAFTS)
         check_int("forecast_order", self.forecast_order, 1, 3)
-        check_float("eta", self.eta, 0.0, 1.0, lo_open=True)
+        if self.eta is not None:
+            check_float("eta", self.eta, 0.0, 1.0, lo_open=True)
 
 
 DRAFTS = ("x0", "output", "increment", "forecast", "forecast-output")

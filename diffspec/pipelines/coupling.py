@@ -29,17 +29,31 @@ from ..schedulers.forecast_draft import FORECAST_DRAFTS, ForecastDraftSampler
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import SpeculativeSampler, plain_sample
 from .denoisers import dit_denoiser  # noqa: F401  (re-exported: its home before denoisers.py)
-from .prepare import PREPARERS, Job, bind_call
+from .prepare import PREPARERS, Job, bind_call, check_pair, sampler_eta
 
 SUPPORTED_PIPELINES = tuple(PREPARERS)
+
+
+def pair_kernel(pipe: Any, eta: float | None) -> GaussianTransition:
+    """The scheduler's transition (2 steps), after checking that the pipeline/scheduler pair is one the
+    plain path reproduces (:func:`~diffspec.pipelines.prepare.check_pair`); ``ValueError`` otherwise."""
+    kernel = GaussianTransition(pipe.scheduler, 2, eta=1.0 if eta is None else eta,
+                                mu=1.0 if pipe.scheduler.config.get("use_dynamic_shifting") else None)
+    check_pair(pipe, kernel)
+    return kernel
 
 
 class CouplingPipeline(SpeculativePipeline):
     """A supported pipeline sampled by exact speculative sampling (``coupling`` or ``autospec``).
 
     The output law equals the plain stochastic sampler's with the same scheduler, steps and
-    guidance (``spec.plain(...)`` runs that sampler, one transformer call a step). ``DDIMScheduler``
-    is sampled at the config's ``eta`` (> 0); deterministic schedulers are refused.
+    guidance; ``spec.plain(...)`` runs that sampler, one transformer call a step, and gives the
+    unwrapped pipeline's output for the same noise and call arguments. Pairs the pipeline's own
+    loop does not run as the scheduler's sampler are refused
+    (:func:`~diffspec.pipelines.prepare.check_pair`): Euler-Ancestral on DiT and SD3 (no noise /
+    input scaling), DDIM on DiT and SD3 (no ``eta``), flow-matching schedulers on DiT and PixArt
+    (the pipeline itself cannot run them); deterministic schedulers too. ``DDIMScheduler`` on
+    PixArt is sampled at the call's ``eta`` (or ``CouplingConfig.eta``), which must be in ``(0, 1]``.
     """
 
     family = "diffusion"
@@ -55,8 +69,7 @@ class CouplingPipeline(SpeculativePipeline):
             raise ValueError(f"method {config.method!r} supports {', '.join(SUPPORTED_PIPELINES)}; got {name}")
         if not isinstance(config, (CouplingConfig, AutospecConfig)):
             raise ValueError(f"{type(config).__name__} is not an exact sampling config")
-        kernel = GaussianTransition(target.scheduler, 2, eta=getattr(config, "eta", 1.0),
-                                    mu=1.0 if target.scheduler.config.get("use_dynamic_shifting") else None)
+        kernel = pair_kernel(target, getattr(config, "eta", None))
         if isinstance(config, AutospecConfig) and kernel.name not in ASD_SCHEDULERS:
             raise ValueError(f"method 'autospec' (ASD) needs {' or '.join(ASD_SCHEDULERS)}; the pipeline has "
                              f"{kernel.name}. "
@@ -69,10 +82,11 @@ class CouplingPipeline(SpeculativePipeline):
     def _generate(self, args: tuple[Any, ...], kwargs: dict[str, Any], plain: bool) -> Any:
         pipe = self.pipe
         bound = bind_call(pipe, args, kwargs)
+        pair_kernel(pipe, None)  # the scheduler may have been swapped since from_pipe
+        eta = sampler_eta(pipe, bind_call(pipe, args, kwargs, defaults=False), getattr(self.config, "eta", None))
         disable = getattr(pipe, "_progress_bar_config", {}).get("disable", False)
         with torch.no_grad():
-            job = PREPARERS[type(pipe).__name__](pipe, bound, getattr(self.config, "eta", 1.0),
-                                                 pipe._execution_device)
+            job = PREPARERS[type(pipe).__name__](pipe, bound, eta, pipe._execution_device)
             steps = job.kernel.num_steps
             with progress(total=steps, desc=self.config.method, disable=disable) as bar:
                 latents = self._sample(job, plain, bar)

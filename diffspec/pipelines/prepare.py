@@ -5,7 +5,9 @@ a preparer checks the inputs and encodes the prompt with the pipeline's ``check_
 ``encode_prompt``, draws the initial latents with its ``prepare_latents``, builds the scheduler's
 :class:`~diffspec.schedulers.gaussian.GaussianTransition` (with SD3's resolution shift ``mu``),
 the batched guided denoiser (:mod:`~diffspec.pipelines.denoisers`), the callback adapter and
-the decoder that returns the pipeline's own output class.
+the decoder that returns the pipeline's own output class. :data:`LOOPS` records how each
+pipeline's own loop drives its scheduler; :func:`check_pair` refuses the schedulers that loop does
+not run as their own sampler, so the plain path always equals the unwrapped pipeline.
 
 Example:
     >>> job = PREPARERS["PixArtAlphaPipeline"](pipe, bound_args, eta=1.0, device="cpu")  # doctest: +SKIP
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..config import check_float
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import Denoise
 from .denoisers import dit_denoiser, pixart_denoiser, sd3_denoiser
@@ -49,12 +52,92 @@ class Job:
     on_round: Callable[[int, torch.Tensor], torch.Tensor | None] | None = None
 
 
-def bind_call(pipe: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by name, with the pipeline's ``__call__`` defaults (a ``TypeError`` as the
-    pipeline would raise for unknown ones)."""
+def bind_call(pipe: Any, args: tuple[Any, ...], kwargs: dict[str, Any], defaults: bool = True) -> dict[str, Any]:
+    """The call's arguments by name, with the pipeline's ``__call__`` defaults unless ``defaults=False``
+    (a ``TypeError`` as the pipeline would raise for unknown ones)."""
     bound = inspect.signature(pipe.__call__).bind(*args, **kwargs)
-    bound.apply_defaults()
+    if defaults:
+        bound.apply_defaults()
     return dict(bound.arguments)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How a pipeline's own denoising loop drives its scheduler: what the plain sampler mirrors.
+
+    Attributes:
+        scales_noise: the initial noise is multiplied by ``scheduler.init_noise_sigma``.
+        scale_input: ``"input"``: ``scheduler.scale_model_input`` scales the transformer's input only;
+            ``"state"``: the scaled sample is also what ``scheduler.step`` advances; ``"none"``: not called.
+        takes_eta: the call takes ``eta`` and passes it to ``scheduler.step``.
+    """
+
+    scales_noise: bool
+    scale_input: str
+    takes_eta: bool
+
+
+LOOPS = {
+    "DiTPipeline": Loop(scales_noise=False, scale_input="state", takes_eta=False),
+    "PixArtAlphaPipeline": Loop(scales_noise=True, scale_input="input", takes_eta=True),
+    "PixArtSigmaPipeline": Loop(scales_noise=True, scale_input="input", takes_eta=True),
+    "StableDiffusion3Pipeline": Loop(scales_noise=False, scale_input="none", takes_eta=False),
+}
+"""The loop of each supported pipeline (diffusers 0.42)."""
+
+
+def check_pair(pipe: Any, kernel: GaussianTransition) -> None:
+    """Refuse a scheduler that the pipeline's own loop does not run as that scheduler's sampler.
+
+    The plain path is the pipeline's sampler, so a pair whose loop cannot run the scheduler, or runs
+    it as another chain (a sigma-scaled scheduler without the noise or input scaling it needs, DDIM
+    without a way to pass ``eta > 0``), has no law to be exact against.
+
+    Raises:
+        ValueError: naming the pipeline, the scheduler and the reason.
+    """
+    name, sname = type(pipe).__name__, type(pipe.scheduler).__name__
+    loop = LOOPS[name]
+    fix = "use DDPMScheduler or DPMSolverMultistepScheduler(algorithm_type='sde-dpmsolver++')"
+    for attr, read in (("init_noise_sigma", loop.scales_noise), ("scale_model_input", loop.scale_input != "none")):
+        if read and not hasattr(pipe.scheduler, attr):
+            raise ValueError(f"{sname} lacks {attr}, which {name} reads: the pipeline itself cannot run this "
+                             f"scheduler, so there is no sampler to be exact against; {fix}")
+    if hasattr(kernel, "in_scale") or float(getattr(pipe.scheduler, "init_noise_sigma", 1.0)) != 1.0:
+        gaps = ([] if loop.scales_noise else ["does not multiply its initial noise by init_noise_sigma"]) + (
+            ["steps the scale_model_input output instead of the state"] if loop.scale_input == "state" else
+            ["never calls scale_model_input"] if loop.scale_input == "none" else [])
+        if gaps:
+            raise ValueError(f"{name} {' and '.join(gaps)}, so with {sname} it does not sample {sname}'s chain and "
+                             f"exact sampling refuses the pair (it would sample another law); {fix}")
+    if sname == "DDIMScheduler" and not loop.takes_eta:
+        raise ValueError(f"{name} calls DDIMScheduler.step without eta (eta=0: deterministic DDIM) and its call "
+                         "takes none, so there is no stochastic sampler to be exact against; use DDPMScheduler "
+                         "(DDIM at eta=1) or DPMSolverMultistepScheduler(algorithm_type='sde-dpmsolver++')")
+
+
+def sampler_eta(pipe: Any, passed: dict[str, Any], config_eta: float | None) -> float:
+    """DDIM's ``eta`` for one call: the call's ``eta`` (``passed``: the arguments given, no defaults), as the
+    pipeline passes it to ``scheduler.step``, else ``config_eta`` (``CouplingConfig.eta``); 1.0 (unused)
+    for other schedulers, which ignore ``eta`` as the pipeline's own step does.
+
+    Raises:
+        ValueError: the call and the config disagree; DDIM at the pipeline's default ``eta=0``
+            (deterministic) or outside ``(0, 1]``.
+    """
+    if type(pipe.scheduler).__name__ != "DDIMScheduler":
+        return 1.0
+    call = passed.get("eta")
+    if call is not None and config_eta is not None and call != config_eta:
+        raise ValueError(f"eta={call} in the call and CouplingConfig(eta={config_eta}) disagree; set one of them")
+    eta = call if call is not None else config_eta
+    if eta is None:
+        default = inspect.signature(pipe.__call__).parameters["eta"].default
+        raise ValueError(f"{type(pipe).__name__} samples DDIMScheduler at eta={default} (its default), which is "
+                         "deterministic; exact sampling needs eta in (0, 1]: pass eta= to the call (as to the "
+                         "pipeline) or CouplingConfig(eta=...)")
+    check_float("eta", eta, 0.0, 1.0, lo_open=True)
+    return float(eta)
 
 
 def _refuse(a: dict[str, Any], *names: str) -> None:
@@ -78,8 +161,7 @@ def prepare_dit(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) 
     labels = torch.as_tensor(a["class_labels"], device=device).reshape(-1)
     config = pipe.transformer.config
     shape = (len(labels), config.in_channels, config.sample_size, config.sample_size)
-    latents = randn_tensor(shape, generator=a["generator"], device=device, dtype=torch.float32)
-    latents = latents * float(kernel.scheduler.init_noise_sigma)
+    latents = randn_tensor(shape, generator=a["generator"], device=device, dtype=torch.float32)  # not scaled, as DiT
     denoise = dit_denoiser(pipe, labels, a["guidance_scale"], kernel.timesteps)
 
     def finish(latents: torch.Tensor) -> Any:
@@ -108,6 +190,9 @@ def prepare_pixart(pipe: Any, a: dict[str, Any], eta: float, device: torch.devic
     from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
 
     _refuse(a, "timesteps", "sigmas")
+    if a["num_inference_steps"] == 1:
+        raise ValueError("num_inference_steps=1: PixArt pipelines return the predicted clean sample of their one "
+                         "step (no noise), so there is nothing stochastic to sample exactly; use 2 or more steps")
     sample_size = pipe.transformer.config.sample_size
     height = a["height"] or sample_size * pipe.vae_scale_factor
     width = a["width"] or sample_size * pipe.vae_scale_factor

@@ -31,7 +31,7 @@ from ..kernels import reflection_coupling
 from ..speculation.coupling import first_rejections
 from ..stats import SpecStats
 from .gaussian import GaussianTransition
-from .speculative import Denoise, Generators, SpeculativeSampler, chain_history, draw
+from .speculative import Denoise, Generators, SpeculativeSampler, _Target, chain_history, draw
 
 ASD_SCHEDULERS = ("DDPMScheduler", "DPMSolverMultistepScheduler")
 """Kernels whose mean with the root's exact ``x0`` frozen is the target mean (the first step is exact)."""
@@ -81,6 +81,13 @@ class AutospecSampler(SpeculativeSampler):
 
     def _asd_round(self, x: torch.Tensor, n: torch.Tensor, frozen: torch.Tensor, fresh: torch.Tensor, n_stoch: int,
                    lookahead: torch.Tensor, generator: Generators) -> None:
+        """One round from fresh roots; updates ``x``, ``n``, ``frozen``, ``fresh``, ``lookahead`` in place.
+
+        Column ``j`` of the round is drafted state ``Y_{j+1}`` at step ``n + j + 1``. It is evaluated
+        where that step is stochastic: it verifies column ``j + 1`` or, if every step was kept, gives
+        the next root's ``x0``. A round with no such state (one step left, or a lookahead of 1 at the
+        last stochastic step) makes no call and draws no uniform.
+        """
         dev = x.device
         active = (n < n_stoch).nonzero().flatten()
         lengths = torch.minimum(n_stoch - n[active], lookahead[active])
@@ -88,50 +95,57 @@ class AutospecSampler(SpeculativeSampler):
         active_d, na = active.to(dev), n[active].to(dev)
         ha = None if self.hist is None else self.hist[active_d]
         states, noises, means = self._draft(x[active_d], na, frozen[active_d], depth, generator, active, lengths, ha)
-        # rows Y_j (j = 1 .. length) at step n + j: they verify step j + 1 and give the next root's x0
         cols = torch.arange(depth).view(1, -1)
-        evaluated = (cols < lengths.view(-1, 1)) & (n[active].view(-1, 1) + cols + 1 < self.kernel.num_steps)
+        valid = cols < lengths.view(-1, 1)
+        evaluated = valid & (n[active].view(-1, 1) + cols + 1 < n_stoch)
         ea, ej = evaluated.nonzero(as_tuple=True)
-        ea_d, ej_d = ea.to(dev), ej.to(dev)
-        ys = torch.stack(states[1:], 1)[ea_d, ej_d]
-        chain, seq = None, {}
-        if ha is not None:  # depth 0: the root's exact output; depth j + 1: row (a, j) of this call
-            root = self.kernel.converted(x[active_d], na, frozen[active_d])
-
-            def chain(converted: torch.Tensor) -> torch.Tensor:
-                seq["new"] = torch.zeros((len(active), depth + 1, *x.shape[1:]), device=dev)
-                seq["new"][:, 0] = root
-                seq["new"][ea_d, ej_d + 1] = converted.float()
-                return chain_history(ha, seq["new"], ea_d, ej_d + 1)
-        target = self._target(ys, na[ea_d] + ej_d + 1, active_d[ea_d], chain)
-        # couple step j + 1 (column j >= 1) against the target mean at Y_j (evaluated row (a, j - 1))
-        checked = evaluated[:, :-1] & (cols[:, 1:] < lengths.view(-1, 1))  # (A, depth - 1): step column j + 1
-        ca, cj = checked.nonzero(as_tuple=True)
         row_of = torch.full((len(active), depth), -1, dtype=torch.long)
         row_of[ea, ej] = torch.arange(len(ea))
-        src = row_of[ca, cj].to(dev)
-        ca_d, cj_d = ca.to(dev), (cj + 1).to(dev)
-        pick = lambda seq: torch.stack(seq, 1)[ca_d, cj_d]  # noqa: E731
-        steps = na[ca_d] + cj_d
-        uniform = draw("uniform", (), generator, active[ca], dev, torch.float64)
-        coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means), target.mean[src],
-                                      self.kernel.std.to(dev)[steps], uniform)
-        valid = cols < lengths.view(-1, 1)
+        target, chain_new = self._evaluate(states, x[active_d], na, frozen[active_d], active_d, ha, (ea, ej), depth)
         accepted = valid.clone()  # column 0 (the exact first step) is always kept
-        accepted[ca, cj + 1] = coupled.accepted.cpu()  # the round's one host read
-        committed = first_rejections(accepted, lengths)
         samples = torch.stack(states[1:], 1)  # accepted columns keep their drafts
-        samples[ca_d, cj_d] = coupled.sample
+        checked = evaluated[:, :-1] & valid[:, 1:]  # column j + 1 is coupled against the target at Y_{j+1}
+        if target is not None and bool(checked.any()):
+            ca, cj = checked.nonzero(as_tuple=True)
+            ca_d, cj_d = ca.to(dev), (cj + 1).to(dev)
+            pick = lambda seq: torch.stack(seq, 1)[ca_d, cj_d]  # noqa: E731
+            uniform = draw("uniform", (), generator, active[ca], dev, torch.float64)
+            coupled = reflection_coupling(pick(states[1:]), pick(noises), pick(means),
+                                          target.mean[row_of[ca, cj].to(dev)],
+                                          self.kernel.std.to(dev)[na[ca_d] + cj_d], uniform)
+            accepted[ca, cj + 1] = coupled.accepted.cpu()  # the round's one host read
+            samples[ca_d, cj_d] = coupled.sample
+        committed = first_rejections(accepted, lengths)
         a_idx = torch.arange(len(active))
         x[active_d] = samples[a_idx.to(dev), (committed - 1).to(dev)]
-        kept_all = accepted[a_idx, committed - 1]  # the last committed step was a kept draft
         next_row = row_of[a_idx, committed - 1]
-        reuse = kept_all & (next_row >= 0)
-        if bool(reuse.any()):
+        reuse = accepted[a_idx, committed - 1] & (next_row >= 0)  # the last committed step was a kept draft
+        if target is not None and bool(reuse.any()):
             frozen[active_d[reuse.to(dev)]] = target.x0[next_row[reuse].to(dev)].float()
         fresh[active] = reuse
         if ha is not None:  # target outputs at the committed states only
-            self.hist[active_d] = self._committed_history(ha, seq["new"], committed.to(dev))
+            self.hist[active_d] = self._committed_history(ha, chain_new, committed.to(dev))
         n[active] += committed
         self._count(accepted, valid, committed, first=1)
         lookahead[active] = self._next_lookahead(committed, lengths, lookahead[active])
+
+    def _evaluate(self, states: list[torch.Tensor], root: torch.Tensor, n: torch.Tensor, x0: torch.Tensor,
+                  traj: torch.Tensor, hist: torch.Tensor | None, rows: tuple[torch.Tensor, torch.Tensor], depth: int
+                  ) -> tuple[_Target | None, torch.Tensor | None]:
+        """One target call on the drafted states at ``rows`` (``(a, j)``: ``Y_{j+1}`` of chain ``a``), or
+        none (``None``) when there are no rows. With a multistep kernel also the converted outputs along
+        each chain, ``(A, depth + 1, ...)``: the root's at depth 0, row ``(a, j)``'s at depth ``j + 1``."""
+        dev = root.device
+        ea, ej = (r.to(dev) for r in rows)
+        chain_new, chain = None, None
+        if hist is not None:
+            chain_new = torch.zeros((len(root), depth + 1, *root.shape[1:]), device=dev)
+            chain_new[:, 0] = self.kernel.converted(root, n, x0)
+
+            def chain(converted: torch.Tensor) -> torch.Tensor:
+                chain_new[ea, ej + 1] = converted.float()
+                return chain_history(hist, chain_new, ea, ej + 1)
+        if not len(ea):
+            return None, chain_new
+        ys = torch.stack(states[1:], 1)[ea, ej]
+        return self._target(ys, n[ea] + ej + 1, traj[ea], chain), chain_new

@@ -49,6 +49,8 @@ def draw(kind: str, tail: tuple[int, ...], generator: Generators, traj: torch.Te
     from ``generator[traj[i]]``.
     """
     fn = torch.randn if kind == "normal" else torch.rand
+    if isinstance(generator, list) and not len(traj):  # no rows: nothing to draw from any generator
+        return torch.empty((0, *tail), device=device, dtype=dtype)
     if not isinstance(generator, list):  # drawn where the generator lives (a CPU one on a GPU run too)
         where = device if generator is None else generator.device
         return fn((len(traj), *tail), generator=generator, device=where, dtype=dtype).to(device)

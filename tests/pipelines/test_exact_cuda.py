@@ -3,12 +3,19 @@ and the exact-diffusion bench runs end to end on the GPU (skipped without CUDA).
 
 import pytest
 import torch
+from diffusers import DDPMScheduler
 
 from diffspec import SpeculativePipeline
 from diffspec.bench import run_exact_diffusion
 from diffspec.models import load_pipeline
 
 pytestmark = pytest.mark.gpu
+
+
+def _ddpm(pipe):
+    """tiny-dit ships DDIM, which DiTPipeline runs deterministically (no eta): the exact samplers need DDPM."""
+    pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    return pipe
 
 
 def _latents(spec, device_of_generator, plain=False, steps=20):
@@ -20,7 +27,7 @@ def _latents(spec, device_of_generator, plain=False, steps=20):
 
 @pytest.mark.parametrize("method", ["coupling", "autospec"])
 def test_cpu_and_cuda_generators_drive_a_gpu_run(method):
-    pipe = load_pipeline("tiny-dit", device="cuda")
+    pipe = _ddpm(load_pipeline("tiny-dit", device="cuda"))
     spec = SpeculativePipeline.from_pipe(pipe, method=method, lookahead=4)
     for where in ("cpu", "cuda"):
         first, again = _latents(spec, where), _latents(spec, where)
@@ -29,8 +36,8 @@ def test_cpu_and_cuda_generators_drive_a_gpu_run(method):
 
 
 def test_a_cpu_generator_gives_the_gpu_plain_sampler_the_cpu_noise():
-    cpu_spec = SpeculativePipeline.from_pipe(load_pipeline("tiny-dit"), method="coupling")
-    gpu_spec = SpeculativePipeline.from_pipe(load_pipeline("tiny-dit", device="cuda"), method="coupling")
+    cpu_spec = SpeculativePipeline.from_pipe(_ddpm(load_pipeline("tiny-dit")), method="coupling")
+    gpu_spec = SpeculativePipeline.from_pipe(_ddpm(load_pipeline("tiny-dit", device="cuda")), method="coupling")
     torch.testing.assert_close(_latents(gpu_spec, "cpu", plain=True), _latents(cpu_spec, "cpu", plain=True),
                                atol=2e-3, rtol=2e-3)
 

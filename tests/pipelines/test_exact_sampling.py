@@ -13,6 +13,7 @@ from diffusers import (
     DiTPipeline,
     DiTTransformer2DModel,
     DPMSolverMultistepScheduler,
+    DPMSolverSinglestepScheduler,
     EulerDiscreteScheduler,
 )
 
@@ -30,15 +31,20 @@ N = 1000
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
 
 
-@pytest.fixture(scope="module")
-def random_dit_pipe():
+def build_random_dit(scheduler=None):
+    """A one-layer learned-sigma DiT (4x4x4 latents) with a one-block VAE."""
     torch.manual_seed(0)
     transformer = DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, out_channels=8,
                                         num_layers=1, sample_size=4, patch_size=2, num_embeds_ada_norm=1000).eval()
     vae = AutoencoderKL(block_out_channels=(4,), layers_per_block=1, latent_channels=4, norm_num_groups=1)
-    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=DDPMScheduler())
+    pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler or DDPMScheduler())
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+@pytest.fixture(scope="module")
+def random_dit_pipe():
+    return build_random_dit()
 
 
 def _latents(spec, seed, steps, guidance=4.0, plain=False):
@@ -137,8 +143,11 @@ def test_unsupported_schedulers_and_pipelines_are_clear_errors(random_dit_pipe):
                        scheduler=EulerDiscreteScheduler())
     with pytest.raises(ValueError, match="EulerDiscreteScheduler is deterministic"):
         SpeculativePipeline.from_pipe(pipe, method="coupling")
-    pipe.scheduler = DDIMScheduler()
-    SpeculativePipeline.from_pipe(pipe, method="coupling", eta=0.5)  # DDIM at eta > 0 is stochastic
+    pipe.scheduler = DDIMScheduler()  # DiTPipeline never passes eta: deterministic DDIM, whatever the config says
+    with pytest.raises(ValueError, match="DiTPipeline calls DDIMScheduler.step without eta"):
+        SpeculativePipeline.from_pipe(pipe, method="coupling", eta=0.5)
+    pipe.scheduler = DPMSolverSinglestepScheduler(algorithm_type="sde-dpmsolver++", solver_order=1)
+    SpeculativePipeline.from_pipe(pipe, method="coupling")
     with pytest.raises(ValueError, match="'autospec' .* needs DDPMScheduler"):
         SpeculativePipeline.from_pipe(pipe, method="autospec")
     with pytest.raises(ValueError, match=r"lookahead=0 is out of range"):
@@ -161,9 +170,10 @@ def test_disable_runs_the_pipeline_itself(random_dit_pipe):
     assert torch.equal(wrapped, direct)
 
 
-def test_one_generator_per_item_makes_a_sample_independent_of_its_batch(random_dit_pipe):
+@pytest.mark.parametrize("method", ["coupling", "autospec"])
+def test_one_generator_per_item_makes_a_sample_independent_of_its_batch(random_dit_pipe, method):
     """diffusers' list-of-generators convention: each trajectory draws from its own generator."""
-    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="coupling", lookahead=3)
+    spec = SpeculativePipeline.from_pipe(random_dit_pipe, method=method, lookahead=3)
 
     def run(seeds, labels):
         return spec(class_labels=labels, num_inference_steps=12, output_type="latent",
@@ -175,3 +185,32 @@ def test_one_generator_per_item_makes_a_sample_independent_of_its_batch(random_d
     plain = spec.plain(class_labels=[1, 2], num_inference_steps=6, output_type="latent",
                        generator=[torch.Generator().manual_seed(s) for s in (5, 6)]).images
     assert plain.shape[0] == 2 and torch.isfinite(plain).all()
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8])
+def test_autospec_takes_one_generator_per_item_at_any_batch(random_dit_pipe, batch):
+    """Rounds with nothing to couple (a last step, a lookahead of 1) draw no uniforms from the list."""
+    for lookahead in (1, 4):
+        spec = SpeculativePipeline.from_pipe(random_dit_pipe, method="autospec", lookahead=lookahead)
+        out = spec(class_labels=list(range(batch)), num_inference_steps=12, output_type="latent",
+                   generator=[torch.Generator().manual_seed(s) for s in range(batch)]).images
+        assert out.shape == (batch, 4, 4, 4) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("spacing", ["trailing", "leading"])
+def test_autospec_with_nothing_to_verify_skips_the_call_and_equals_plain_at_lookahead_one(random_dit_pipe, spacing):
+    """With ``"trailing"`` spacing every step is stochastic (the last timestep is not 0), so the last round
+    has one exact step and no state to evaluate; it must make no transformer call. At lookahead 1 every
+    round is such a round: ``autospec`` is the plain sampler, same noise, same calls."""
+    scheduler = DDPMScheduler(prediction_type="v_prediction", variance_type="fixed_large", timestep_spacing=spacing)
+    pipe = DiTPipeline(transformer=random_dit_pipe.transformer, vae=random_dit_pipe.vae, scheduler=scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    call = {"class_labels": [1, 2], "num_inference_steps": 10, "output_type": "latent"}
+    spec = SpeculativePipeline.from_pipe(pipe, method="autospec", lookahead=1, adaptive=False)
+    out = spec(generator=torch.Generator().manual_seed(0), **call).images
+    assert spec.stats.target_calls == 10 and spec.stats.proposed == 0
+    plain = spec.plain(generator=torch.Generator().manual_seed(0), **call).images
+    torch.testing.assert_close(out, plain, atol=1e-6, rtol=1e-6)
+    spec = SpeculativePipeline.from_pipe(pipe, method="autospec", lookahead=4)
+    for seed in range(6):  # some seeds reach the last step alone
+        spec(generator=torch.Generator().manual_seed(seed), **call)
