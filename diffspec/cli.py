@@ -290,9 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--guidance-scale", type=_finite, default=None,
                      help="a finite number (default: the pipeline's own)")
     gen.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
+    gen.add_argument("--scheduler", default=None, metavar="CLASS",
+                     help="a diffusers scheduler class built from the pipeline's scheduler config (e.g. "
+                     "DDPMScheduler: coupling and autospec need a stochastic sampler; default: the pipeline's own)")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available; "
                      "cuda:LOCAL_RANK under a launcher)")
-    gen.add_argument("--dtype", choices=DTYPES, default="float32")
+    gen.add_argument("--dtype", choices=DTYPES, default="float32", help="weights' dtype (default float32)")
     gen.add_argument("--rank", type=int, default=None, help="this process's rank (default: RANK or SLURM_PROCID)")
     gen.add_argument("--world-size", type=_positive, default=None,
                      help="number of processes (default: WORLD_SIZE or SLURM_NTASKS, else 1)")

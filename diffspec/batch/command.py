@@ -107,6 +107,21 @@ def check_methods(items: list[GenItem]) -> None:
         checked.add(item.method)
 
 
+def scheduler_class(name: str) -> type:
+    """The diffusers scheduler class named ``name`` (``--scheduler``).
+
+    Raises:
+        ValueError: ``name`` is not a scheduler class of diffusers, naming a few that are.
+    """
+    import diffusers
+
+    cls = getattr(diffusers, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+        raise ValueError(f"--scheduler {name[:80]!r} is not a diffusers scheduler class; e.g. DDPMScheduler, "
+                         "DDIMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler")
+    return cls
+
+
 def load_items(args: argparse.Namespace, overrides: dict[str, Any]) -> list[GenItem]:
     """Items from ``--prompt-file`` (text or ``.jsonl``) or ``--class-labels``, with the flags as defaults."""
     defaults = ItemDefaults(steps=args.steps, seed=args.seed, method=args.method, overrides=overrides,
@@ -139,6 +154,7 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     check_methods(items)
     if args.video_format is not None:
         check_video_format(args.video_format)
+    scheduler = scheduler_class(args.scheduler) if args.scheduler else None
     world = World.detect(args.rank, args.world_size)
     folder = resolve_model_path(args.model)
     check_writable(args.out)
@@ -147,6 +163,9 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     device = world.device(device, torch.cuda.is_available(), torch.cuda.device_count())
     pipe = load_pipeline(folder, dtype=getattr(torch, args.dtype), device=device)
     pipe.set_progress_bar_config(disable=True)
+    if scheduler is not None:  # outputs of another scheduler key apart
+        pipe.scheduler = scheduler.from_config(pipe.scheduler.config)
+        model = {**model, "scheduler": scheduler.__name__}
     try:
         with sigterm_unwinds():
             summary = generate_batch(pipe, items, args.out, model=model, dtype=args.dtype, device=device,

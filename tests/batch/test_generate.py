@@ -204,6 +204,22 @@ def test_a_long_value_is_cut_short_in_the_error(tmp_path, dit_dir, capsys):
     assert "line 1: unknown class 'xxxx" in err and "xxx..." in err and len(err) < 400
 
 
+def test_exact_methods_run_on_a_scheduler_swapped_in_by_name(tmp_path, dit_dir, capsys):
+    base = ["generate", "--model", str(dit_dir), "--class-labels", "0", "--method", "coupling", *STEPS]
+    assert main([*base, "--out", str(tmp_path / "own")]) == 1  # the saved DDIM pipeline samples deterministically
+    assert "no stochastic sampler" in capsys.readouterr().err
+    assert main([*base, "--scheduler", "DDPMScheduler", "--out", str(out := tmp_path / "ddpm")]) == 0
+    [row] = _merged(out)
+    assert row["status"] == "ok" and row["target_calls"] <= 6
+
+
+def test_an_unknown_scheduler_is_refused_before_anything_is_made(tmp_path, dit_dir, capsys):
+    out = tmp_path / "out"
+    argv = ["generate", "--model", str(dit_dir), "--class-labels", "0", "--scheduler", "UNet2DModel", "--out", str(out)]
+    assert main(argv) == 2
+    assert "--scheduler 'UNet2DModel' is not a diffusers scheduler class" in _error(capsys) and not out.exists()
+
+
 def test_merge_of_a_folder_without_manifests(tmp_path, capsys):
     assert main(["merge", str(tmp_path)]) == 2
     assert "manifest-rank" in _error(capsys)
