@@ -6,8 +6,8 @@
 import torch
 
 from diffspec import SpeculativePipeline
-from diffspec.bench.quality import psnr
 from diffspec.data import make_grid_png
+from diffspec.metrics import psnr
 from diffspec.models import load_pipeline
 
 pipe = load_pipeline("tiny-dit")

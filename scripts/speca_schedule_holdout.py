@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 import torch
 
 from diffspec.bench.dit_cache_workloads import make_workload
-from diffspec.bench.quality import psnr
 from diffspec.config import SpecaConfig
 from diffspec.forecast.calibrate import load_calibration, replay_schedule
 from diffspec.forecast.schedule_search import even_schedule
+from diffspec.metrics import psnr
 from diffspec.models import resolve_model_path
 
 HELD_OUT_SEED0 = 300_000

@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 
 from diffspec.data import SHAPE_CLASSES, render_shapes
 from diffspec.data.shapes import BACKGROUNDS
-from diffspec.models.classifier import WEIGHTS_DIR, ShapeClassifier, feature_stats
+from diffspec.metrics import feature_stats
+from diffspec.models.classifier import WEIGHTS_DIR, ShapeClassifier
 
 
 def main() -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
-from diffspec.bench.quality import psnr
 from diffspec.data import make_grid_png, render_shapes
 from diffspec.data.shapes import BACKGROUNDS
+from diffspec.metrics import psnr
 
 DATA_SEED = 4_000_000  # training images: render_shapes(seed=DATA_SEED + i), chunks of 1000
 HELD_OUT_SEED = 7  # render_shapes(2000, seed=7): the classifier's held-out set

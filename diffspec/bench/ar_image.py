@@ -106,7 +106,7 @@ def same_seed_difference(tokens: torch.Tensor, reference: torch.Tensor, images: 
         >>> same_seed_difference(t, t, torch.zeros(2, 3, 2, 2), torch.zeros(2, 3, 2, 2))["token_disagreement"]
         0.0
     """
-    from .quality import psnr
+    from ..metrics import psnr
 
     return {"token_disagreement": round(float((tokens != reference).double().mean()), 4),
             "psnr": psnr(images, reference_images, data_range=2.0)}

@@ -13,6 +13,7 @@ from ..api import SpeculativePipeline
 from ..config import MethodConfig, SpecaConfig
 from ..forecast.controlnet import ControlNetForecast
 from ..forecast.hooks import ForecastHooks
+from ..metrics import psnr, ssim
 from ..stats import SpecStats
 from .models import (
     AUDIO_FAMILIES,
@@ -23,7 +24,6 @@ from .models import (
     make_call,
     timesteps_for,
 )
-from .quality import psnr, ssim
 from .timing import Arm
 from .workload import Workload
 

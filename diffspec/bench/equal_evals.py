@@ -27,10 +27,10 @@ import torch
 
 from ..config import FALLBACK_TAU, ForecastConfig, SpecaConfig
 from ..forecast.calibrate import replay_schedule
+from ..metrics import psnr
 from ..progress import progress
 from .cache_dit_peer import CACHE_DIT_PEERS
 from .peers import calibrate_magcache, taylorseer_identifiers
-from .quality import psnr
 from .runner import run_arms
 from .timing import Arm
 from .workload import Workload, count_compute

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from ..config import ForecastConfig
+from ..metrics import psnr
 from ..progress import progress
 from .counting import ComputeCounter
-from .quality import psnr
 from .timing import Arm
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..config import SpecaConfig, check_choice, check_float, check_int
+from ..metrics import psnr
 from ..progress import progress
 from ..stats import SpecStats
 from .blocks import find_block_lists
@@ -63,8 +64,6 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
         >>> record = calibrate_speca(generate, target_psnr=30)  # doctest: +SKIP
         >>> SpecaConfig(**{k: record[k] for k in ("tau0", "beta", "tau_min")})  # doctest: +SKIP
     """
-    from ..bench.quality import psnr
-
     check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
     base = base or SpecaConfig()
     reference, _ = generate(None)
@@ -287,8 +286,6 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         record = calibrate_speca(generate, target_psnr=target_psnr, base=SpecaConfig().replace(**(overrides or {})),
                                  data_range=data_range, show_progress=show_progress)
         if schedules:
-            from ..bench.quality import psnr
-
             def score_for(granularity: str) -> Callable[[tuple[int, ...]], float]:
                 def score(schedule: tuple[int, ...]) -> float:
                     images, _ = generate(SpecaConfig(replay_steps=schedule, granularity=granularity, order=2))

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..metrics import feature_stats, frechet_distance
+
 _WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 REFERENCE_CLASSIFIERS: dict[str, Path] = {
     "shapes": _WEIGHTS / "shapes-classifier",  # render_shapes default (plain backgrounds)
@@ -97,34 +99,12 @@ def _reference_stats(classifier: str = "shapes") -> tuple[np.ndarray, np.ndarray
     return stats["mu"].double().numpy(), stats["sigma"].double().numpy()
 
 
-def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
-    vals, vecs = np.linalg.eigh((a + a.T) / 2)
-    return (vecs * np.sqrt(np.clip(vals, 0, None))) @ vecs.T
-
-
-def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
-    """Fréchet distance between two Gaussians (eigen-decomposition, no scipy needed).
-
-    Uses ``tr(sqrt(S1 S2)) = tr(sqrt(sqrt(S1) S2 sqrt(S1)))``, symmetric and PSD.
-    """
-    s1_half = _sqrtm_psd(np.asarray(sigma1, dtype=np.float64))
-    middle = _sqrtm_psd(s1_half @ np.asarray(sigma2, dtype=np.float64) @ s1_half)
-    diff = np.asarray(mu1, dtype=np.float64) - np.asarray(mu2, dtype=np.float64)
-    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(middle))
-
-
 @torch.no_grad()
 def classifier_features(images: torch.Tensor, batch_size: int = 512, classifier: str = "shapes") -> torch.Tensor:
     """Features of [-1, 1] images with a shipped classifier (float64 on CPU)."""
     model = load_reference_classifier("cpu", classifier)
     images = images.detach().float().cpu()
     return torch.cat([model.features(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]).double()
-
-
-def feature_stats(features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and covariance of (n, d) features."""
-    f = features.double().numpy()
-    return f.mean(0), np.cov(f, rowvar=False)
 
 
 def reference_fid(images: torch.Tensor, classifier: str = "shapes") -> float:

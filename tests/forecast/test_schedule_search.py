@@ -6,7 +6,6 @@ import torch
 from diffspec import SpeculativePipeline
 from diffspec.bench.dit_cache import make_workload
 from diffspec.bench.equal_evals import candidate_grid
-from diffspec.bench.quality import psnr
 from diffspec.cli import main
 from diffspec.config import SpecaConfig
 from diffspec.forecast.calibrate import (
@@ -17,6 +16,7 @@ from diffspec.forecast.calibrate import (
     resolve_replay,
 )
 from diffspec.forecast.schedule_search import even_schedule, refine_schedule, search_schedules
+from diffspec.metrics import psnr
 from diffspec.models import load_pipeline, resolve_model_path
 
 

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 import torch
 
@@ -6,7 +5,6 @@ from diffspec.data import render_shapes
 from diffspec.models import (
     SHIPPED_MODELS,
     class_accuracy,
-    frechet_distance,
     load_reference_classifier,
     paired_accuracy,
     reference_fid,
@@ -50,15 +48,6 @@ def test_paired_accuracy_against_a_direct_count():
     assert same == {"accuracy_delta": 0.0, "accuracy_delta_se": 0.0, "class_agreement": 1.0}
     with pytest.raises(ValueError, match="pair up"):
         paired_accuracy(images[:8], images[:9], labels[:8])
-
-
-def test_frechet_distance_properties():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2000, 8))
-    mu, sigma = x.mean(0), np.cov(x, rowvar=False)
-    assert abs(frechet_distance(mu, sigma, mu, sigma)) < 1e-6
-    assert frechet_distance(mu + 1.0, sigma, mu, sigma) == pytest.approx(8.0, rel=1e-6)
-    assert frechet_distance(mu, 4 * sigma, mu, sigma) > 1.0
 
 
 def test_reference_fid_separates_real_from_noise():

@@ -1,8 +1,10 @@
 import math
 
+import numpy as np
+import pytest
 import torch
 
-from diffspec.bench.quality import PSNR_CAP_DB, psnr, ssim
+from diffspec.metrics import PSNR_CAP_DB, frechet_distance, psnr, ssim
 
 
 def test_psnr_identical_is_capped_and_known_value():
@@ -26,3 +28,12 @@ def test_ssim_identical_is_one_and_drops_with_noise():
     noisy = (x + 0.3 * torch.randn(x.shape, generator=g)).clamp(0, 1)
     assert ssim(noisy, x) < 0.9
     assert ssim(torch.zeros(2, 5, 6), torch.zeros(2, 5, 6)) is None  # not images
+
+
+def test_frechet_distance_properties():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 8))
+    mu, sigma = x.mean(0), np.cov(x, rowvar=False)
+    assert abs(frechet_distance(mu, sigma, mu, sigma)) < 1e-6
+    assert frechet_distance(mu + 1.0, sigma, mu, sigma) == pytest.approx(8.0, rel=1e-6)
+    assert frechet_distance(mu, 4 * sigma, mu, sigma) > 1.0

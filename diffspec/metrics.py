@@ -1,0 +1,86 @@
+"""Quality of an output against a reference: PSNR, SSIM and the Fréchet distance behind FID.
+
+Relaxed methods report their loss against the full-compute output of the same seed with these;
+:func:`~diffspec.models.classifier.reference_fid` applies :func:`frechet_distance` to the features of
+a shipped classifier.
+
+Example:
+    >>> import torch
+    >>> x = torch.zeros(2, 3, 8, 8)
+    >>> psnr(x + 0.1, x, data_range=1.0)
+    20.0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+PSNR_CAP_DB = 100.0
+"""PSNR reported for identical outputs (instead of infinity, which JSON cannot hold)."""
+
+
+def psnr(images: torch.Tensor, reference: torch.Tensor, data_range: float | None = None) -> float:
+    """Mean per-sample PSNR (dB) of ``images`` against ``reference``; identical samples count as 100 dB.
+
+    ``data_range`` defaults to the reference's value range (1.0 for images in [0, 1]).
+
+    Example:
+        >>> psnr(torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 4))
+        100.0
+    """
+    if images.shape != reference.shape:
+        raise ValueError(f"psnr: shapes differ, {tuple(images.shape)} vs {tuple(reference.shape)}")
+    a, b = images.detach().double().flatten(1), reference.detach().double().flatten(1)
+    rng = float(b.max() - b.min()) if data_range is None else data_range
+    mse = (a - b).pow(2).mean(1)
+    db = torch.where(mse > 0, 10 * torch.log10(rng**2 / mse.clamp_min(1e-300)), torch.full_like(mse, PSNR_CAP_DB))
+    return round(float(db.clamp(max=PSNR_CAP_DB).mean()), 3)
+
+
+def ssim(images: torch.Tensor, reference: torch.Tensor, data_range: float = 1.0) -> float | None:
+    """Mean SSIM of (N, C, H, W) images against ``reference`` (None for non-image tensors).
+
+    Example:
+        >>> ssim(torch.ones(1, 3, 8, 8), torch.ones(1, 3, 8, 8))
+        1.0
+    """
+    if images.ndim != 4 or min(images.shape[-2:]) < 7:
+        return None
+    from torchmetrics.functional.image import structural_similarity_index_measure
+
+    value = structural_similarity_index_measure(images.detach().float().cpu(), reference.detach().float().cpu(),
+                                                data_range=data_range)
+    return round(float(value), 5)
+
+
+def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
+    vals, vecs = np.linalg.eigh((a + a.T) / 2)
+    return (vecs * np.sqrt(np.clip(vals, 0, None))) @ vecs.T
+
+
+def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
+    """Fréchet distance between two Gaussians (eigen-decomposition, no scipy needed).
+
+    Uses ``tr(sqrt(S1 S2)) = tr(sqrt(sqrt(S1) S2 sqrt(S1)))``, symmetric and PSD.
+
+    Example:
+        >>> frechet_distance(np.ones(2), np.eye(2), np.zeros(2), np.eye(2))
+        2.0
+    """
+    s1_half = _sqrtm_psd(np.asarray(sigma1, dtype=np.float64))
+    middle = _sqrtm_psd(s1_half @ np.asarray(sigma2, dtype=np.float64) @ s1_half)
+    diff = np.asarray(mu1, dtype=np.float64) - np.asarray(mu2, dtype=np.float64)
+    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(middle))
+
+
+def feature_stats(features: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of (n, d) features: the Gaussian :func:`frechet_distance` compares.
+
+    Example:
+        >>> mu, sigma = feature_stats(torch.tensor([[0.0, 1.0], [2.0, 3.0]]))
+        >>> mu.tolist(), sigma.shape
+        ([1.0, 2.0], (2, 2))
+    """
+    f = features.double().numpy()
+    return f.mean(0), np.cov(f, rowvar=False)
