@@ -33,6 +33,6 @@ def fresh_dynamo():
 
 @pytest.fixture
 def tiny_dit_pipe():
-    from diffspec.bench.models import build_random_dit_pipeline
+    from diffspec.testing.image_pipelines import build_random_dit_pipeline
 
     return build_random_dit_pipeline(seed=0)

@@ -9,8 +9,8 @@ from diffspec.cli import main, parse_overrides
 
 @pytest.fixture(scope="module")
 def local_pipe_dir(tmp_path_factory):
-    from diffspec.bench.models import build_random_dit_pipeline
     from diffspec.models import save_dit_pipeline
+    from diffspec.testing.image_pipelines import build_random_dit_pipeline
 
     return save_dit_pipeline(build_random_dit_pipeline(seed=0), tmp_path_factory.mktemp("pipe") / "tiny-dit-random")
 

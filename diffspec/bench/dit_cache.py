@@ -31,10 +31,10 @@ import torch
 
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
 from ..forecast.gate import Schedule
+from ..testing.random_transformers import SPECS
 from .cache_dit_peer import CACHE_DIT_PEERS, CacheDitCache
 from .compiled import check_compile_mode, compile_transformer, eager
 from .dit_cache_workloads import PipelineWorkload, loop_base, make_workload
-from .models import SPECS
 from .peers import (
     PEER_CACHES,
     DiffusersCache,

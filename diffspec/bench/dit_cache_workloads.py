@@ -15,7 +15,7 @@ from ..forecast.controlnet import ControlNetForecast
 from ..forecast.hooks import ForecastHooks
 from ..metrics import psnr, ssim
 from ..stats import SpecStats
-from .models import (
+from ..testing.random_transformers import (
     AUDIO_FAMILIES,
     SIGMA_FAMILIES,
     SPECS,
@@ -129,7 +129,7 @@ CONTROLNET_WORKLOADS: dict[str, tuple[str, int, int]] = {
 
 def _flux_controlnet(transformer: nn.Module, layers: tuple[int, int], latents: torch.Tensor
                      ) -> tuple[nn.Module, Callable[[Any], Callable[..., Any]]]:
-    """A ControlNet shaped for ``transformer`` (:func:`~.models.build_flux_controlnet`), with the packed control
+    """A ControlNet shaped for ``transformer`` (:func:`~diffspec.testing.random_transformers.build_flux_controlnet`), with the packed control
     latents it reads, and a wrapper making a transformer call run it first."""
     controlnet = build_flux_controlnet(transformer, *layers, seed=1).to(device=latents.device, dtype=latents.dtype)
     cond = torch.randn(latents.shape, generator=torch.Generator().manual_seed(2)).to(latents.device, latents.dtype)

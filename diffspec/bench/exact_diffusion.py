@@ -56,7 +56,7 @@ def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
 
 
 def _is_dit_spec(model: str) -> bool:
-    from .models import SPECS
+    from ..testing.random_transformers import SPECS
 
     return model in SPECS and SPECS[model].family == "dit"
 
@@ -67,7 +67,7 @@ def random_dit_pipeline(model: str, device: torch.device, dtype: torch.dtype) ->
     scale, used only to decode the quality set: quality figures on random weights mean nothing."""
     from diffusers import AutoencoderKL, DDPMScheduler, DiTPipeline
 
-    from .models import build_transformer
+    from ..testing.random_transformers import build_transformer
 
     transformer = build_transformer(model, dtype=dtype, device=device)
     torch.manual_seed(0)

@@ -219,7 +219,7 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
     Args:
         model: a shipped name or local diffusers pipeline folder with a transformer (saved next to it by default):
             class-conditional (``DiTPipeline``) or text-conditioned (FLUX, SD3, PixArt, Wan...); or a
-            ``diffspec.bench.models`` architecture name (random weights; ``out`` required).
+            ``diffspec.testing.random_transformers`` architecture name (random weights; ``out`` required).
         target_psnr: see :func:`calibrate_speca`.
         steps: inference steps (default: the model's usual, 50 or 28).
         samples: calibration samples (seeds 5000 onwards, never used by the benchmarks).
@@ -238,8 +238,8 @@ def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps
         >>> spec = SpeculativePipeline.from_pipe(pipe, method=calibrated_replay(record, 12))  # doctest: +SKIP
     """
     from ..bench.dit_cache import default_steps, make_workload
-    from ..bench.models import SPECS
     from ..models import resolve_model_path
+    from ..testing.random_transformers import SPECS
 
     check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
     if model in SPECS and out is None:

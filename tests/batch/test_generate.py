@@ -125,8 +125,8 @@ def test_a_controlnet_pipeline_takes_each_items_control_image(tmp_path, capsys):
     from diffusers import FluxControlNetPipeline
 
     from diffspec.batch import write_image
-    from diffspec.bench.models import build_flux_controlnet
-    from diffspec.models.tiny_pipelines import build_tiny_pipeline
+    from diffspec.testing.random_transformers import build_flux_controlnet
+    from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
     flux = build_tiny_pipeline("tiny-flux")
     controlnet = build_flux_controlnet(flux.transformer, 1, 2, std=0.3)

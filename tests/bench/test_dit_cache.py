@@ -181,7 +181,7 @@ def test_a_model_cache_dit_cannot_cache_is_skipped_with_the_reason():
 
 
 def test_every_image_family_the_bench_builds_has_a_cache_dit_layout():
-    from diffspec.bench.models import SPECS
+    from diffspec.testing.random_transformers import SPECS
 
     names = {"dit": "DiTTransformer2DModel", "pixart": "PixArtTransformer2DModel", "sd3": "SD3Transformer2DModel",
              "flux": "FluxTransformer2DModel", "sana": "SanaTransformer2DModel"}
@@ -249,7 +249,7 @@ def test_controlnet_workload_counts_controlnet_calls_per_arm(tmp_path):
 def test_a_text_pipeline_folder_is_a_pipeline_workload(tmp_path):
     """A text-conditioned pipeline folder (tiny random-weight FLUX) runs in the pipeline mode: prompts cycle by seed,
     quality is agreement with the full run (no classifier: no FID or accuracy)."""
-    from diffspec.models.tiny_pipelines import save_tiny_pipeline
+    from diffspec.testing.tiny_pipelines import save_tiny_pipeline
 
     folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
     doc = run_bench("dit-cache", model=str(folder), steps=4, batch=1, repeats=1, warmup=0, quality_samples=2,

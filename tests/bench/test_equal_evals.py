@@ -93,7 +93,7 @@ def test_bad_budget_or_method_is_a_value_error():
 def test_cache_dit_overrides_are_applied_and_checked():
     pytest.importorskip("cache_dit")
     from diffspec.bench.cache_dit_peer import CacheDitCache
-    from diffspec.bench.models import build_transformer
+    from diffspec.testing.random_transformers import build_transformer
 
     model = build_transformer("tiny-dit-random")
     cache = CacheDitCache(model, "cache-dit-dbcache-taylorseer", 10,
@@ -109,7 +109,7 @@ def test_taylorseer_peer_can_forecast_every_heavy_submodule_of_flux():
     ``ff_context`` and the single blocks' fused MLP, and its lite mode is offered where there is a ``proj_out``."""
     import re
 
-    from diffspec.bench.models import build_transformer
+    from diffspec.testing.random_transformers import build_transformer
 
     flux = build_transformer("tiny-flux")
     names = [n for n, _ in flux.named_modules()]

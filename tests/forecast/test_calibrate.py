@@ -51,7 +51,7 @@ def test_calibrate_a_text_pipeline_folder_and_speca_loads_it(tmp_path, capsys):
     prompts of --prompt-file at the size asked for, saves the record next to the model, and ``speca`` on that folder
     reads its thresholds by default; the record names the prompts and sizes it was fitted on."""
     from diffspec import SpeculativePipeline
-    from diffspec.models.tiny_pipelines import save_tiny_pipeline
+    from diffspec.testing.tiny_pipelines import save_tiny_pipeline
 
     folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
     prompts = tmp_path / "prompts.txt"

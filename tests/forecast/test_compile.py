@@ -15,11 +15,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from diffspec import SpeculativePipeline
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.compile import compile_blocks
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
 
 STEPS = 12
 TOL = dict(rtol=1e-4, atol=1e-4)

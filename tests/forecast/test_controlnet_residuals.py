@@ -11,11 +11,16 @@ import pytest
 import torch
 
 import diffspec.forecast.hooks as hooks_module
-from diffspec.bench.models import build_flux_controlnet, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.blocks import BETWEEN_BLOCK_ARGS, find_block_lists
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import (
+    build_flux_controlnet,
+    build_transformer,
+    make_call,
+    timesteps_for,
+)
 
 STEPS = 20
 # model -> {argument: (the block list it is added to, number of samples or "dict" (one per block, by index), leading

@@ -2,13 +2,13 @@ import pytest
 import torch
 
 import diffspec.forecast.hooks as hooks_module
-from diffspec.bench.models import TINY_MODELS, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.steps import StepTracker
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import TINY_MODELS, build_transformer, make_call, timesteps_for
 
 MODELS = list(TINY_MODELS)
 

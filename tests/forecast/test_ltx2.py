@@ -2,12 +2,12 @@
 
 import torch
 
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.blocks import BlockIO, find_block_lists
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
 
 NAME = "tiny-ltx2"
 STEPS = 12

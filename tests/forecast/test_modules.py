@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from diffspec.bench.counting import ComputeCounter
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.budget import choose_cache
@@ -14,6 +13,7 @@ from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
 
 MODULE_MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
 STEPS = 16

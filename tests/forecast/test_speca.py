@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import diffspec.forecast.hooks as hooks_module
-from diffspec.bench.models import TINY_MODELS, build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import TINY_MODELS, build_transformer, make_call, timesteps_for
 
 MODELS = list(TINY_MODELS)
 STEPS = 16

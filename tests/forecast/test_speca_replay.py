@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from diffspec.bench.equal_evals import candidate_grid
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.calibrate import replay_schedule, step_full_rate
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
 
 STEPS = 16
 

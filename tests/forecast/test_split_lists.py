@@ -2,11 +2,11 @@
 
 import torch
 
-from diffspec.bench.models import build_transformer, make_call
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call
 
 
 def test_motif_decoder_blocks_are_their_own_list_and_constant_residuals_are_forecast_exactly():

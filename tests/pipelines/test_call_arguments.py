@@ -9,7 +9,7 @@ from diffusers import DDPMScheduler
 
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.toy import ToyTableTarget
-from diffspec.models.tiny_pipelines import build_tiny_pipeline
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

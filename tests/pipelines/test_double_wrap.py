@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from diffspec import SpeculativePipeline
-from diffspec.bench.models import build_flux_controlnet
-from diffspec.models.tiny_pipelines import build_tiny_pipeline
+from diffspec.testing.random_transformers import build_flux_controlnet
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STEPS = 30

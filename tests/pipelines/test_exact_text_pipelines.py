@@ -24,7 +24,7 @@ from diffusers import (
 import diffspec.schedulers.speculative as speculative
 from diffspec import SpeculativePipeline
 from diffspec.bench.twosample import same_law
-from diffspec.models.tiny_pipelines import _t5_encoder, _vocab_size, build_word_tokenizer
+from diffspec.testing.pipeline_parts import build_word_tokenizer, t5_encoder, word_vocab_size
 
 PROMPT = "a red fox in the snow"
 TEXT = {"max_sequence_length": 8, "height": 8, "width": 8}
@@ -47,7 +47,7 @@ def build_pixart(cls=PixArtAlphaPipeline, scheduler=None, sample_size=128):
                                            num_layers=1, cross_attention_dim=24, caption_channels=24,
                                            sample_size=sample_size, patch_size=2,
                                            use_additional_conditions=sample_size == 128).eval()
-    pipe = cls(tokenizer=build_word_tokenizer(120), text_encoder=_t5_encoder(24), vae=_vae(), transformer=transformer,
+    pipe = cls(tokenizer=build_word_tokenizer(120), text_encoder=t5_encoder(24), vae=_vae(), transformer=transformer,
                scheduler=scheduler or DDPMScheduler())
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -61,7 +61,7 @@ def build_sd3(scheduler=None):
                                         attention_head_dim=8, num_attention_heads=2, joint_attention_dim=32,
                                         caption_projection_dim=16, pooled_projection_dim=32,
                                         pos_embed_max_size=8).eval()
-    clip = [CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=_vocab_size(), hidden_size=8, intermediate_size=16,
+    clip = [CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=word_vocab_size(), hidden_size=8, intermediate_size=16,
                                                        num_hidden_layers=1, num_attention_heads=2,
                                                        max_position_embeddings=77, projection_dim=16)).eval()
             for _ in range(2)]

@@ -9,12 +9,12 @@ import torch
 from forecast_checks import record_runs
 
 from diffspec import SpeculativePipeline
-from diffspec.bench.models import build_flux_controlnet
 from diffspec.config import SpecaConfig
 from diffspec.forecast.controlnet import ControlNetForecast, map_tensors
 from diffspec.forecast.gate import Schedule
-from diffspec.models.tiny_pipelines import build_tiny_pipeline
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_flux_controlnet
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 STEPS = 12
 

@@ -7,13 +7,13 @@ import torch
 from forecast_checks import record_runs
 
 from diffspec import SpeculativePipeline
-from diffspec.bench.models import build_transformer, make_call, timesteps_for
 from diffspec.config import ForecastConfig
 from diffspec.forecast.gate import Schedule
 from diffspec.forecast.hooks import ForecastHooks
 from diffspec.forecast.steps import StepTracker
-from diffspec.models.tiny_pipelines import build_tiny_pipeline
 from diffspec.stats import SpecStats
+from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 STEPS = 12
 
