@@ -181,7 +181,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- calibrate
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .forecast.calibrate import calibrate_model
+    from .bench.calibrate import calibrate_model
 
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
                                    device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,

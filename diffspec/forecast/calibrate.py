@@ -15,9 +15,10 @@ records ``full_rate``: per step, how often the kept setting's gate ran the step 
 calibration seeds. :func:`replay_schedule` turns it into ``SpecaConfig(replay_steps=...)``, which
 replays that schedule without the verifier (no check cost): the run to report next to the gate's own
 on models whose weights make the gate's decisions unrepresentative (random-weight speed configs).
-With ``schedules``, :func:`calibrate_model` also searches a fixed placement of that many full steps
-against the full run (:mod:`~diffspec.forecast.schedule_search`), starting from the even grid and from
-the gate's placement; :func:`calibrated_replay` turns it into the ``speca`` config that replays it.
+With ``schedules``, :func:`~diffspec.bench.calibrate.calibrate_model` (what ``diffspec calibrate`` runs)
+also searches a fixed placement of that many full steps against the full run
+(:mod:`~diffspec.forecast.schedule_search`), starting from the even grid and from the gate's placement;
+:func:`calibrated_replay` turns it into the ``speca`` config that replays it.
 """
 
 from __future__ import annotations
@@ -29,13 +30,10 @@ from typing import Any
 
 import torch
 
-from ..config import SpecaConfig, check_choice, check_float, check_int
+from ..config import SpecaConfig, check_float, check_int
 from ..metrics import psnr
 from ..progress import progress
 from ..stats import SpecStats
-from .blocks import find_block_lists
-from .modules import check_module_support
-from .schedule_search import GRANULARITIES, search_schedules
 
 CALIBRATION_FILE = "diffspec_speca.json"
 BETA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
@@ -206,99 +204,6 @@ def resolve_replay(config: SpecaConfig, folder: str | Path | None) -> tuple[Spec
     replay = calibrated_replay(record, n)
     return config.replace(replay_full_steps=None, replay_steps=replay.replay_steps, granularity=replay.granularity,
                           order=replay.order), str(Path(folder) / CALIBRATION_FILE), record.get("steps")  # type: ignore[arg-type]
-
-
-def calibrate_model(model: str = "tiny-dit", *, target_psnr: float = 30.0, steps: int | None = None, samples: int = 8,
-                    device: str | None = None, dtype: str | None = None, guidance_scale: float = 4.0,
-                    out: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                    schedules: Sequence[int] = (), schedule_granularities: Sequence[str] = ("block",),
-                    prompts: Sequence[str] | None = None, call_kwargs: dict[str, Any] | None = None,
-                    show_progress: bool = True) -> tuple[dict[str, Any], Path]:
-    """Calibrate ``speca`` on a model and save the record (what ``diffspec calibrate`` runs).
-
-    Args:
-        model: a shipped name or local diffusers pipeline folder with a transformer (saved next to it by default):
-            class-conditional (``DiTPipeline``) or text-conditioned (FLUX, SD3, PixArt, Wan...); or a
-            ``diffspec.testing.random_transformers`` architecture name (random weights; ``out`` required).
-        target_psnr: see :func:`calibrate_speca`.
-        steps: inference steps (default: the model's usual, 50 or 28).
-        samples: calibration samples (seeds 5000 onwards, never used by the benchmarks).
-        out: folder to write :data:`CALIBRATION_FILE` into (made if missing).
-        overrides: other ``speca`` settings (``k_max``, ``order``...).
-        schedules: also search a fixed placement of this many full steps, per size and per
-            ``schedule_granularities`` entry (:func:`~diffspec.forecast.schedule_search.search_schedules`);
-            saved under ``"schedules"``, read back by :func:`calibrated_replay`.
-        prompts: a text-conditioned pipeline's calibration prompts, one per sample in turn (default: eight varied
-            ones, :data:`~diffspec.bench.dit_cache_workloads.DEFAULT_PROMPTS`).
-        call_kwargs: more pipeline arguments for a text-conditioned pipeline (``height``, ``width``,
-            ``num_frames``): calibrate at the size you generate at.
-
-    Example:
-        >>> record, path = calibrate_model("tiny-dit", target_psnr=30, schedules=[12])  # doctest: +SKIP
-        >>> spec = SpeculativePipeline.from_pipe(pipe, method=calibrated_replay(record, 12))  # doctest: +SKIP
-    """
-    from ..bench.dit_cache import default_steps, make_workload
-    from ..models import resolve_model_path
-    from ..testing.random_transformers import SPECS
-
-    check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
-    if model in SPECS and out is None:
-        raise ValueError(f"--model {model} is a random-weight architecture with no folder; pass --out FOLDER")
-    folder = Path(out) if out is not None else resolve_model_path(model)
-    if out is not None and not folder.exists():
-        folder.mkdir(parents=True)  # before the search, so a path that cannot be made fails now
-    if not folder.is_dir():
-        raise ValueError(f"calibration output folder {folder} is not a folder")
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype_name = dtype or ("bfloat16" if dev.type == "cuda" and model in SPECS else "float32")
-    steps = steps or default_steps(model)
-    for n_full in schedules:  # checked before the threshold search, not after it
-        check_int("schedules", n_full, 3, steps)
-    for granularity in schedule_granularities:
-        check_choice("schedule_granularities", granularity, GRANULARITIES)
-    workload = make_workload(model, device=dev, dtype=getattr(torch, dtype_name), steps=steps, batch=samples,
-                             guidance_scale=guidance_scale, prompts=list(prompts) if prompts else None,
-                             call_kwargs=call_kwargs)
-    if schedules and "module" in schedule_granularities:  # checked now, not after the threshold search
-        try:
-            check_module_support([b for _, blocks in find_block_lists(workload.transformer) for b in blocks])
-        except ValueError as e:
-            raise ValueError(f"schedule_granularities='module': {e}") from None
-    seeds = list(range(5000, 5000 + samples))
-    data_range = 1.0 if workload.mode == "pipeline" else None
-    reference: list[torch.Tensor] = []
-
-    def generate(config: SpecaConfig | None) -> tuple[torch.Tensor, SpecStats | None]:
-        if config is None:
-            if not reference:
-                reference.append(workload.generate(seeds))
-            return reference[0], None
-        arm = workload.method_arm("speca", config)
-        arm.enable()
-        try:
-            images = arm.run(seeds)
-        finally:
-            arm.disable()
-        spec = getattr(arm, "spec", None)
-        return images, spec.stats if spec is not None else arm.stats_obj  # type: ignore[attr-defined]
-
-    with torch.inference_mode():
-        record = calibrate_speca(generate, target_psnr=target_psnr, base=SpecaConfig().replace(**(overrides or {})),
-                                 data_range=data_range, show_progress=show_progress)
-        if schedules:
-            def score_for(granularity: str) -> Callable[[tuple[int, ...]], float]:
-                def score(schedule: tuple[int, ...]) -> float:
-                    images, _ = generate(SpecaConfig(replay_steps=schedule, granularity=granularity, order=2))
-                    return psnr(images, generate(None)[0], data_range)
-                return score
-
-            record["schedules"] = search_schedules(score_for, schedules, steps, schedule_granularities,
-                                                   record.get("full_rate"), show_progress=show_progress)
-    record.update(model=str(model), steps=steps, samples=samples, seeds=[seeds[0], seeds[-1]], dtype=dtype_name,
-                  guidance_scale=guidance_scale if workload.mode == "pipeline" else None)
-    if workload.mode == "pipeline" and not workload.class_conditional:  # type: ignore[attr-defined]
-        record.update(prompts=workload.prompts, call_kwargs=workload.call_kwargs)  # type: ignore[attr-defined]
-    return record, save_calibration(record, folder)
 
 
 def calibrated_replay(record: dict[str, Any], full_steps: int, granularity: str | None = None) -> SpecaConfig:

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
+from diffspec.bench.calibrate import calibrate_model
 from diffspec.cli import main
 from diffspec.config import SpecaConfig
 from diffspec.forecast.calibrate import (
     CALIBRATION_FILE,
-    calibrate_model,
     load_calibration,
     resolve_thresholds,
 )

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from diffspec import SpeculativePipeline
+from diffspec.bench.calibrate import calibrate_model
 from diffspec.bench.dit_cache import make_workload
 from diffspec.bench.equal_evals import candidate_grid
 from diffspec.cli import main
 from diffspec.config import SpecaConfig
 from diffspec.forecast.calibrate import (
     CALIBRATION_FILE,
-    calibrate_model,
     calibrated_replay,
     load_calibration,
     resolve_replay,
