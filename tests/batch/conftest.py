@@ -1,7 +1,6 @@
 """Fixtures of the batch tests: a tiny random-weight DiT pipeline saved locally (no hub)."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(scope="session")
@@ -13,8 +12,5 @@ def dit_dir(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread_each_module(one_thread):
+    """Every batch test runs on one intra-op thread (``one_thread`` of tests/conftest.py)."""

@@ -27,7 +27,7 @@ from test_exact_text_pipelines import PROMPT, build_pixart, build_sd3
 
 from diffspec import SpeculativePipeline
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 SCHEDULERS = {
     "ddpm": lambda: DDPMScheduler(),

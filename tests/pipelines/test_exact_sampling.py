@@ -28,7 +28,7 @@ from diffspec.stats import SpecStats
 N = 1000
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def build_random_dit(scheduler=None):

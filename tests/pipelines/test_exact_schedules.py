@@ -17,7 +17,7 @@ import diffspec.schedulers.speculative as speculative
 from diffspec import SpeculativePipeline
 from diffspec.bench.twosample import same_law
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 FAST_N, SLOW_N = 300, 1000
 CASES = {  # name: (pipeline builder, scheduler, steps, call arguments beyond the common ones, methods)

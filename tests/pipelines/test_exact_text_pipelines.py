@@ -31,7 +31,7 @@ TEXT = {"max_sequence_length": 8, "height": 8, "width": 8}
 FAST_N, SLOW_N = 300, 1000
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/pipelines/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _vae(**kw):

@@ -4,13 +4,14 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from diffspec.batch import read_video
 from diffspec.batch.media import has_ffmpeg
 from diffspec.cli import main
 from diffspec.testing.pipeline_parts import build_word_tokenizer
 from diffspec.testing.tiny_pipelines import TINY_PIPELINES, save_tiny_pipeline
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 # family → (height, width, frames): sizes the family's VAE and patching accept (Allegro's VAE decodes
 # 24-frame, 128-pixel tiles only)
@@ -40,14 +41,6 @@ def ftfy_or_identity(monkeypatch):
 
         for module in (pipeline_skyreels_v2, pipeline_wan_i2v):
             monkeypatch.setattr(module, "ftfy", types.SimpleNamespace(fix_text=lambda text: text), raising=False)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_every_builder_has_a_shape():
