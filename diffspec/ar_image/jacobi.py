@@ -6,7 +6,7 @@ for positions ``c_b .. c_b + L - 1``, clipped at the image end):
 1. one ``session.step`` feeds the last committed token and the ``L`` drafts; its rows give
    ``p^t`` for positions ``c_b .. c_b + L`` (forced tokens made one-hot);
 2. modified rejection sampling of every draft against ``p^t`` with its recorded ``q``
-   (:func:`~diffspec.ar_image.sampling.mrs`); the accepted prefix is committed, plus the MRS
+   (:func:`~diffspec.speculation.sampling.mrs`); the accepted prefix is committed, plus the MRS
    output at the first rejection, or a bonus draw from the row after a fully accepted window;
 3. the positions left in the window are re-drafted from ``p^t`` (``independent``: fresh draws;
    ``maximal``: the MRS outputs of step 2, i.e. the old draft kept with probability ``1 - TV``; under a
@@ -35,16 +35,26 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import (
+    Generators,
+    GumbelTable,
+    MRSResult,
+    force,
+    gumbel_argmax,
+    mrs,
+    sample,
+    uniform,
+    warp,
+)
 from ..stats import SpecStats
 from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, GumbelTable, MRSResult, force, gumbel_argmax, mrs, sample, uniform, warp
 
 if TYPE_CHECKING:
     from .target import ARSession
 
 
 Acceptance = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Generators], MRSResult]
-"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.ar_image.sampling.mrs`,
+"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.speculation.sampling.mrs`,
 the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position and ``exact_tokens``."""
 
 
@@ -152,17 +162,17 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
         window: drafts verified per call (clipped to ``num_tokens - 1``).
         coupling: ``"independent"`` (SJD), ``"maximal"`` or ``"gumbel"`` (MC-SJD).
         init: first-draft rule (see :func:`init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row (row ``b``'s result then does
             not depend on the other rows).
         stats: counters to fill (``target_calls`` counts the prefill as one call).
         bar: a tqdm bar advanced by the tokens committed each round.
         _kept_old_q: test-only planted bias: a token the maximal coupling kept keeps its OLD q
             (the bookkeeping that makes MC-SJD inexact; exactness tests must catch it).
-        acceptance: the verification rule (default :func:`~diffspec.ar_image.sampling.mrs`, exact);
+        acceptance: the verification rule (default :func:`~diffspec.speculation.sampling.mrs`, exact);
             its outputs are also the ``maximal`` re-drafts. A relaxed rule (one that reports
             ``relaxation``) must also return ``exact_tokens``
-            (:func:`~diffspec.ar_image.sampling.exact_twin`): its own outputs do not follow ``p``, so the
+            (:func:`~diffspec.speculation.sampling.exact_twin`): its own outputs do not follow ``p``, so the
             re-drafts are the exact test's, every draft's ``q`` stays the law it was drawn from, and the
             relaxation is spent only on the tokens the rule commits. Its mean ``relaxation`` over the
             positions it decided (accepted prefix + first rejection) goes to ``stats.extra["relaxed_tv"]``.

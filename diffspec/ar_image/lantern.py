@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import Generators, force, sample, warp
 from ..stats import SpecStats
 from .plain import record_rounds, round_progress, window_forced
 from .relaxed import relaxed_mrs
-from .sampling import Generators, force, sample, warp
 from .target import mix_cfg
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
         neighbours: ``(V, k)`` latent neighbourhoods of the target's codebook.
         draft_length: drafts per round (clipped to ``num_tokens - 1``).
         delta, lam: relaxation (see :func:`~diffspec.ar_image.relaxed.relaxed_mrs`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters (``target_calls`` with the prefill, ``draft_calls``, ``accepted``/``proposed``,
             ``extra``: ``step_compression``, ``tokens_per_call``, ``tv_budget_mean`` over verified drafts).

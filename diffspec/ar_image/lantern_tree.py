@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import kernels
+from ..speculation.sampling import Generators, force, sample, uniform, warp
 from ..stats import SpecStats
 from .plain import record_rounds, round_progress, window_forced
 from .relaxed import certain_mrs, neighbour_budget
-from .sampling import Generators, force, sample, uniform, warp
 from .target import mix_cfg
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
         neighbours: ``(V, k)`` latent neighbourhoods of the target's codebook.
         tree: the static tree.
         delta, lam: relaxation (see :func:`~diffspec.ar_image.relaxed.relaxed_mrs`); ``0``/``None`` = exact.
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters as :func:`~diffspec.ar_image.lantern.lantern_sample` (``proposed`` counts
             path positions, ``tv_budget_mean`` is over tested candidates); ``extra["tree_nodes"]``.

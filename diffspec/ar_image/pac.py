@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import Generators, force, mrs, sample, warp
 from ..stats import SpecStats
 from .jacobi import first_window, shift_window, window_drafts
 from .lantern_tree import StaticTree
 from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, force, mrs, sample, warp
 
 if TYPE_CHECKING:
     from .target import ARSession
@@ -188,7 +188,7 @@ def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, dep
         window: main-chain drafts per call (clipped to ``num_tokens - 1``).
         width, depth: the alternatives tree (``depth`` clipped to the window).
         init: first-draft rule (:func:`~diffspec.ar_image.jacobi.init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
             ``extra["alternative_hits"]`` (tree levels accepted off the main chain).

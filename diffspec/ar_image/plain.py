@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..progress import progress
+from ..speculation.sampling import Generators, force, sample, warp
 from ..stats import SpecStats
-from .sampling import Generators, force, sample, warp
 
 if TYPE_CHECKING:
     from .target import ARImageTarget, ARSession
@@ -72,7 +72,7 @@ def plain_sample(session: ARSession, num_tokens: int, sampling: dict[str, Any], 
     Args:
         session: an open session (its ``first_logits`` predict token 0).
         num_tokens: image tokens per image.
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters to fill (``target_calls`` = ``num_tokens``, prefill included).
         bar: a tqdm bar advanced by the batch size per token.

@@ -51,11 +51,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import (
+    Generators,
+    MRSResult,
+    force,
+    gumbel,
+    mrs,
+    point_mass,
+    sample,
+    uniform,
+    warp,
+)
 from ..stats import SpecStats
 from .jacobi import first_window, shift_window, window_drafts
 from .pac import start_tree_sampling
 from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, MRSResult, force, gumbel, mrs, point_mass, sample, uniform, warp
 
 if TYPE_CHECKING:
     from .cluster import ClusterAcceptance
@@ -192,7 +202,7 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
         depth: offsets with siblings (clipped to ``window - 1``).
         follow: copies of the chain's next drafts fed under each sibling (0: the sibling alone).
         init: first-draft rule (:func:`~diffspec.ar_image.jacobi.init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
             ``extra["residual_hits"]`` (rounds whose first rejection drew a sibling).

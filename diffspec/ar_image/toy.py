@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .sampling import force, warp
+from ..speculation.sampling import force, warp
 from .target import ARImageTarget, ARSession
 
 

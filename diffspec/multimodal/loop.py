@@ -9,7 +9,7 @@ custom_generate=speculative_generate, drafter=small_model)`` lets transformers p
 3. one target call verifies ``[last, d_1..d_k]`` (``k + 1`` logits kept) with explicit positions;
    the processors are applied at each position with the prefix plain decoding would have had;
 4. greedy: longest prefix matching the argmax plus one target token; sampling: Leviathan
-   rejection sampling with the residual ``(p - q)_+`` (:mod:`diffspec.multimodal.accept`);
+   rejection sampling with the residual ``(p - q)_+`` (:mod:`diffspec.speculation.chain`);
 5. EOS / max-length cut, then rollback: rows keep different numbers of slots
    (:class:`~diffspec.multimodal.slots.SlotState`: rejected slots masked, gap-free positions,
    the tail rejected by all rows cropped).
@@ -41,8 +41,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from ..speculation.chain import greedy_accept, sampling_accept
 from ..stats import SpecStats
-from .accept import greedy_accept, sampling_accept
 from .drafter import prepare_drafter
 from .seq2seq import is_seq2seq, prepare_seq2seq_drafter
 from .slots import SlotState, takes_logits_to_keep

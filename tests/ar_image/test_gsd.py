@@ -12,8 +12,8 @@ from diffspec.ar_image.cluster import ClusterAcceptance, cluster_sum
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import mrs, point_mass, uniform
 from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.speculation.sampling import mrs, point_mass, uniform
 from diffspec.stats import SpecStats
 
 FREE = {"temperature": 1.0}

@@ -17,7 +17,7 @@ from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.neighbours import latent_neighbours
 from diffspec.ar_image.relaxed import neighbour_budget, relaxed_mrs
-from diffspec.ar_image.sampling import warp
+from diffspec.speculation.sampling import warp
 
 VOCAB, GUIDANCE = 4, 2.0
 

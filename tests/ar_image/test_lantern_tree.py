@@ -16,7 +16,7 @@ from diffspec.ar_image.lantern_tree import StaticTree, lantern_tree_sample
 from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
 from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.neighbours import latent_neighbours
-from diffspec.ar_image.sampling import warp
+from diffspec.speculation.sampling import warp
 from diffspec.stats import SpecStats
 
 GUIDANCE = 2.0
