@@ -24,8 +24,8 @@ from .multimodal.self_config import SelfDraftConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
-_AR_WRAP_HINT = ("; wrap AR image generators first: diffspec.ar_image.janus.JanusTarget(model, processor), "
-                 "diffspec.ar_image.emu3.Emu3Target(model, height=..., width=...) or a LlamaGenTarget")
+_AR_WRAP_HINT = ("; wrap AR image generators first: diffspec.ar_image.targets.janus.JanusTarget(model, processor), "
+                 "diffspec.ar_image.targets.emu3.Emu3Target(model, height=..., width=...) or a LlamaGenTarget")
 
 
 @dataclass(frozen=True)

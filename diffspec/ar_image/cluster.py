@@ -52,7 +52,7 @@ from ..speculation.sampling import (
     uniform,
 )
 from .config import CLUSTER_RULES
-from .patch_vq import kmeans, nearest_code
+from .targets.patch_vq import kmeans, nearest_code
 
 KMEANS_ITERS = 50
 """Lloyd iterations of :meth:`ClusterAcceptance.fit` (seeded, deterministic)."""

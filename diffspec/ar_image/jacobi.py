@@ -19,7 +19,7 @@ point. Rows near the image end feed from an earlier start (re-feeding committed 
 row feeds the same number of tokens. The only host sync is one per round (loop end / progress).
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1, 0])
     >>> tokens = jacobi_sample(session, target.num_tokens, window=4, coupling="maximal", init="uniform",

@@ -9,7 +9,7 @@ level, parent-major). One round, for every batch row and CFG branch at once:
    renormalised: its exact conditional law); greedy decoding (temperature 0) takes the top-``b``
    tokens of the drafter's logits instead. Nodes at one depth share an image position; the drafter
    and the target keep them in scratch cache slots and attend to their ancestors only;
-2. one :meth:`~diffspec.ar_image.llamagen_session.LlamaGenSession.step_tree` call verifies the last
+2. one :meth:`~diffspec.ar_image.targets.llamagen_session.LlamaGenSession.step_tree` call verifies the last
    committed token and every node (tree attention mask, rotary position = the node's position);
 3. the walk, depth by depth: the current node's children are tested in order by recursive
    rejection sampling with LANTERN's relaxed test (:func:`~diffspec.ar_image.relaxed.neighbour_budget`
@@ -17,7 +17,7 @@ level, parent-major). One round, for every batch row and CFG branch at once:
    ``p_{r+1} = (p_r - q_r)_+`` normalised); the first accepted child is followed; if none is, the
    residual draw ends the round; after a fully accepted path, a bonus draw from its leaf's row.
    The accepted nodes' keys/values are then copied into their real cache slots
-   (:meth:`~diffspec.ar_image.llamagen_session.LlamaGenSession.commit_tree`).
+   (:meth:`~diffspec.ar_image.targets.llamagen_session.LlamaGenSession.commit_tree`).
 
 With ``delta = 0`` (no ``lam``) this is exact: recursive rejection sampling of draws without
 replacement outputs ``p``. A chain (all factors 1) is :func:`~diffspec.ar_image.lantern.lantern_sample`
@@ -46,7 +46,7 @@ from .target import mix_cfg
 
 if TYPE_CHECKING:
     from .drafter import FeatureDrafter
-    from .llamagen_session import LlamaGenSession
+    from .targets.llamagen_session import LlamaGenSession
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def lantern_tree_sample(session: LlamaGenSession, num_tokens: int, head: Feature
     """Sample ``(B, num_tokens)`` image tokens with LANTERN++ static-tree drafting.
 
     Args:
-        session: an open :class:`~diffspec.ar_image.llamagen_session.LlamaGenSession` (``step_tree``).
+        session: an open :class:`~diffspec.ar_image.targets.llamagen_session.LlamaGenSession` (``step_tree``).
         num_tokens: image tokens per image.
         head: the drafter bound to the target's GPT.
         neighbours: ``(V, k)`` latent neighbourhoods of the target's codebook.

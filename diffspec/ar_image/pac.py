@@ -28,7 +28,7 @@ stale context, so ``width - 1`` more candidates per level raise the chance of ge
 The cost is ``width + .. + width^depth - depth`` extra tokens per call (81 for 4 x 3).
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1])
     >>> pac_sample(session, target.num_tokens, window=4, width=2, depth=2, init="uniform",

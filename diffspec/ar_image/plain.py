@@ -4,7 +4,7 @@ Also the output object and post-processing every AR image generation call shares
 plain call and a speculative pipeline's call return the same thing.
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1])
     >>> tokens = plain_sample(session, target.num_tokens, {"temperature": 1.0}, torch.Generator().manual_seed(0))

@@ -36,7 +36,7 @@ The cost is ``depth * width * (1 + follow)`` extra tokens per call (128 at the d
 work is batched: one Gumbel table, one top-k and one modified-rejection pass per round, no loop over tokens.
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> stats = SpecStats()
     >>> out = residual_sample(ToyTableTarget(seed=0).start(class_labels=[0, 1]), 6, window=4, width=2, depth=2,
     ...                       follow=1, init="uniform", sampling={"temperature": 1.0},

@@ -41,7 +41,7 @@ def check_cfg_forced_and_warpers(run, samples: int = 100_000) -> None:
 
     ``run(target, labels, guidance_scale, sampling, stats)`` returns the sampled tokens.
     """
-    from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+    from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
     from diffspec.stats import SpecStats
 
     target = ToyTableTarget(vocab=4, grid=(2, 3), seed=1, forced={2: 3, 4: 0})
@@ -58,7 +58,7 @@ def check_cfg_forced_and_warpers(run, samples: int = 100_000) -> None:
 def toy_greedy_case() -> tuple:
     """``(target, labels, reference)``: a toy table with a forced position and CFG 1.7, and its plain greedy tokens."""
     from diffspec.ar_image.plain import plain_sample
-    from diffspec.ar_image.toy import ToyTableTarget
+    from diffspec.ar_image.targets.toy import ToyTableTarget
 
     target = ToyTableTarget(vocab=5, grid=(4, 6), seed=2, scale=1.0, forced={7: 1})
     labels = [0, 1, 1, 0, 1, 0, 0, 1]

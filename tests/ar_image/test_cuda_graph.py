@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from diffspec.ar_image.config import MCSJDConfig
-from diffspec.ar_image.cuda_graph import GraphedStep
 from diffspec.ar_image.jacobi import jacobi_sample
+from diffspec.ar_image.targets.cuda_graph import GraphedStep
 from diffspec.bench.ar_image_cost import _session, build_cost_model
 
 
@@ -50,7 +50,7 @@ def test_jacobi_loop_on_graphed_steps_commits_the_eager_tokens():
 
 
 def test_graphed_rounds_refuse_what_a_graph_cannot_replay():
-    from diffspec.ar_image.toy import ToyTableTarget
+    from diffspec.ar_image.targets.toy import ToyTableTarget
 
     session = ToyTableTarget(seed=0).start(class_labels=[0, 1])
     with pytest.raises(ValueError, match="needs a CUDA session"):
@@ -107,9 +107,9 @@ def test_only_graph_safe_sessions_are_captured():
     """A session whose cache grows (transformers' DynamicCache) would be replayed against its capture-time state."""
     from types import SimpleNamespace
 
-    from diffspec.ar_image.hf_session import HFImageSession
     from diffspec.ar_image.jacobi import check_graphable
-    from diffspec.ar_image.llamagen_session import LlamaGenSession
+    from diffspec.ar_image.targets.hf_session import HFImageSession
+    from diffspec.ar_image.targets.llamagen_session import LlamaGenSession
 
     assert LlamaGenSession.graph_safe and not HFImageSession.graph_safe
     on_cuda = SimpleNamespace(device=torch.device("cuda"))

@@ -12,7 +12,7 @@ from diffspec.ar_image.cluster import ClusterAcceptance, cluster_sum
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.speculation.sampling import mrs, point_mass, uniform
 from diffspec.stats import SpecStats
 
@@ -276,8 +276,8 @@ def test_transformers_targets_expose_their_image_token_embeddings():
     from test_emu3 import tiny_emu3
     from test_janus import tiny_janus
 
-    from diffspec.ar_image.emu3 import Emu3Target
-    from diffspec.ar_image.janus import JanusTarget
+    from diffspec.ar_image.targets.emu3 import Emu3Target
+    from diffspec.ar_image.targets.janus import JanusTarget
 
     janus = JanusTarget(tiny_janus())
     ids = torch.tensor([[0, 5, 63]])

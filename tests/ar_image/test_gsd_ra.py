@@ -12,7 +12,7 @@ from diffspec.ar_image.config import GSDConfig, MCSJDRAConfig, tokens_fed_per_ca
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
 from diffspec.ar_image.residual import residual_sample
-from diffspec.ar_image.toy import ToyTableTarget
+from diffspec.ar_image.targets.toy import ToyTableTarget
 from diffspec.stats import SpecStats
 
 FREE = {"temperature": 1.0}

@@ -6,9 +6,9 @@ from ar_checks import chi2_two_sample
 
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.plain import plain_sample
+from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
 from diffspec.stats import SpecStats
 
 

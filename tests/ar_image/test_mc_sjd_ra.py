@@ -9,7 +9,7 @@ from diffspec.ar_image.config import MCSJDRAConfig
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
 from diffspec.ar_image.residual import residual_gumbel, residual_sample, sibling_layout
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
 M = 100_000

@@ -10,7 +10,7 @@ from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.lantern_tree import StaticTree
 from diffspec.ar_image.pac import pac_layout, pac_sample
 from diffspec.ar_image.plain import plain_sample
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
 M = 100_000

@@ -6,7 +6,7 @@ from ar_checks import chi2_fit
 
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
 M = 100_000
