@@ -82,6 +82,7 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
     """The buffers a captured round writes in place (CPU stand-in: "replay" reruns the round) give the tokens and
     counts of the eager loop, which rebinds them; the first round runs before any capture."""
     import diffspec.ar_image.jacobi as jacobi_module
+    import diffspec.ar_image.rounds as rounds_module
     from diffspec.stats import SpecStats
 
     class Replay:
@@ -90,7 +91,7 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
 
     captured = []
     monkeypatch.setattr(jacobi_module, "check_graphable", lambda *a: None)
-    monkeypatch.setattr(jacobi_module, "capture_round", lambda one_round, *a: captured.append(1) or Replay(one_round))
+    monkeypatch.setattr(rounds_module, "capture_round", lambda one_round, *a: captured.append(1) or Replay(one_round))
     target = build_cost_model("tiny", 64, "cpu")
     out, counts = [], []
     for graphs in (False, True):
