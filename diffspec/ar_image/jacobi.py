@@ -1,6 +1,7 @@
 """Speculative Jacobi decoding engine (``sjd``, ``mc-sjd``), batched over images, exact.
 
-One round, for every batch row at once (row ``b`` has committed ``c_b`` tokens and holds drafts
+One round (:class:`JacobiRound`, run by the shared loop :func:`~diffspec.ar_image.rounds.run_rounds`), for
+every batch row at once (row ``b`` has committed ``c_b`` tokens and holds drafts
 for positions ``c_b .. c_b + L - 1``, clipped at the image end):
 
 1. one ``session.step`` feeds the last committed token and the ``L`` drafts; its rows give

@@ -1,6 +1,7 @@
 """LANTERN sampling loop: chain drafts from a feature drafter, verified with relaxed acceptance.
 
-One round, for every batch row at once (row ``b`` has committed ``c_b`` tokens and knows the
+One round (:class:`LanternRound`, run by the shared loop :func:`~diffspec.ar_image.rounds.run_rounds`), for
+every batch row at once (row ``b`` has committed ``c_b`` tokens and knows the
 target's features ``F_0 .. F_{c_b - 1}``):
 
 1. the drafter proposes ``L`` tokens autoregressively (``L`` drafter calls over the whole feature

@@ -1,7 +1,8 @@
 """LANTERN++ static-tree drafting: a drafter token tree verified in one target call, relaxed acceptance.
 
 The tree is a :class:`~diffspec.ar_image.tree.StaticTree` (per-depth branching factors, nodes flat level by
-level, parent-major). One round, for every batch row and CFG branch at once:
+level, parent-major). One round (:class:`LanternTreeRound`, run by the shared loop
+:func:`~diffspec.ar_image.rounds.run_rounds`), for every batch row and CFG branch at once:
 
 1. drafting, one drafter call per depth: the children of a node are drawn from the drafter's law
    ``q`` at that node *without replacement* (sibling ``r`` from ``q`` with siblings ``< r`` removed,

@@ -3,7 +3,8 @@
 SJD-PAC (https://arxiv.org/abs/2603.18599) adds to MC-SJD's vectorised MRS ("adaptive
 continuation", :func:`~diffspec.ar_image.jacobi.jacobi_sample` with ``coupling="maximal"``)
 *proactive drafting*: where the last round's first rejection left the window, it also drafts
-alternatives from the stale rows. Here, one round, for every batch row at once:
+alternatives from the stale rows. Here, one round (:class:`PACRound`, run by the shared loop
+:func:`~diffspec.ar_image.rounds.run_rounds`), for every batch row at once:
 
 1. the window's main chain (``L`` drafts at ``c .. c + L - 1``, mc-sjd's drafts with their laws
    ``q``) is sibling 0 of a static ``width``-ary tree of ``depth`` levels

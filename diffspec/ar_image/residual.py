@@ -5,7 +5,8 @@ Where does MC-SJD lose? A round ends at its first rejected draft ``j``: the toke
 residual draw, so every draft after it was drafted in a context that is now wrong. The next round's
 first draft (``j + 1``, the new window start) is rejected most often of all (on ``tiny-ar-noisy`` 40%
 of rounds end there). This sampler prepares, in the same target call, the rows that the residual
-draw will need:
+draw will need (one round: :class:`ResidualRound`, run by the shared loop
+:func:`~diffspec.ar_image.rounds.run_rounds`):
 
 1. before the call, one fresh Gumbel vector ``g_k`` per window offset ``k < depth``; the ``width``
    siblings of the draft at offset ``k`` are the tokens ranking highest on ``log q_k + g_k`` (the
