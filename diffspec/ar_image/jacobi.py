@@ -171,7 +171,7 @@ class JacobiRound:
         q = first_window(state.session, state.tokens, self.length, self.init, self.generator)
         self.table = (GumbelTable(state.batch, self.length, self.vocab, self.generator, state.device)
                       if self.coupling == "gumbel" else None)
-        self.q = q.contiguous().clone() if state.in_place else q  # in place: q needs its own dense storage
+        self.q = q.contiguous().clone() if state.graphed else q  # written in place: its own dense storage
 
     def window_laws(self, state: RoundState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The round's target call: ``(p (B, L + 1, V) at positions commit + k, pos, valid, draft)``
@@ -211,7 +211,7 @@ class JacobiRound:
                                  p[:, :length], self.init, self.generator)
         if self.table is not None:
             self.table.advance(commit, new_commit)
-        if state.in_place:
+        if state.graphed:
             self.q.copy_(q)
         else:
             self.q = q
@@ -250,9 +250,9 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     """
     if cuda_graphs:
         check_graphable(session, coupling, generator)
-    state = RoundState.start(session, num_tokens, sampling, generator, bar, in_place=cuda_graphs)
+    state = RoundState.start(session, num_tokens, sampling, generator, bar, graphed=cuda_graphs)
     one_round = JacobiRound(window, coupling, init, sampling, generator, acceptance)
-    run_rounds(state, one_round, bar, generator, graphs=cuda_graphs)
+    run_rounds(state, one_round, bar, generator)
     state.record(stats)
     if stats is not None and acceptance is not None:
         stats.extra["relaxed_tv"] = state.relaxed_tv()

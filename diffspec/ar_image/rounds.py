@@ -51,7 +51,8 @@ class RoundState:
         accepted, proposed: drafts accepted, drafts verified inside the image.
         relaxed: a relaxed rule's relaxation summed over the positions it decided, and their count.
         calls: target calls, prefill included.
-        in_place: rounds write ``tokens`` and ``commit`` into their buffers (a CUDA graph replays them).
+        graphed: rounds after the first are replayed from one CUDA graph, so every round writes its state
+            (``tokens``, ``commit``, a round's own buffers) in place.
     """
 
     session: ARSession
@@ -63,11 +64,11 @@ class RoundState:
     proposed: torch.Tensor
     relaxed: torch.Tensor
     calls: int = 1
-    in_place: bool = False
+    graphed: bool = False
 
     @classmethod
     def start(cls, session: ARSession, num_tokens: int, sampling: dict[str, Any], generator: Generators,
-              bar: Any = None, width: int | None = None, in_place: bool = False) -> RoundState:
+              bar: Any = None, width: int | None = None, graphed: bool = False) -> RoundState:
         """Draw token 0 of every row from the prefill's row into a ``(B, width)`` buffer (``num_tokens`` wide).
 
         Args:
@@ -84,7 +85,7 @@ class RoundState:
         count = torch.zeros((), dtype=torch.long, device=device)
         return cls(session, num_tokens, tokens, torch.ones(batch, dtype=torch.long, device=device),
                    torch.ones(batch, device=device), count, count.clone(), torch.zeros(2, device=device),
-                   in_place=in_place)
+                   graphed=graphed)
 
     @property
     def batch(self) -> int:
@@ -102,8 +103,8 @@ class RoundState:
         return self.tokens[:, : self.num_tokens]
 
     def advance(self, tokens: torch.Tensor, commit: torch.Tensor) -> None:
-        """Take a round's new tokens and commit points (copied into the buffers when ``in_place``)."""
-        if self.in_place:
+        """Take a round's new tokens and commit points (copied into the buffers when ``graphed``)."""
+        if self.graphed:
             self.tokens.copy_(tokens)
             self.commit.copy_(commit)
         else:
@@ -159,13 +160,12 @@ def round_progress(commit: torch.Tensor, bar: Any, total: int) -> tuple[int, int
     return done, now
 
 
-def run_rounds(state: RoundState, one_round: Round, bar: Any = None, generator: Generators = None,
-               graphs: bool = False) -> None:
+def run_rounds(state: RoundState, one_round: Round, bar: Any = None, generator: Generators = None) -> None:
     """Run ``one_round`` until every row has committed ``state.num_tokens`` tokens.
 
     Each round is one target call, counted for every row that still had tokens to commit; the round's one host
-    sync (:func:`round_progress`) ends the loop. With ``graphs`` the first round runs eagerly and every later one
-    is replayed from one CUDA graph of it (:func:`capture_round`; the round must then write its state in place).
+    sync (:func:`round_progress`) ends the loop. When ``state.graphed``, the first round runs eagerly and every
+    later one is replayed from one CUDA graph of it (:func:`capture_round`).
 
     Args:
         state: from :meth:`RoundState.start` (nothing is run when the image is one token).
@@ -183,7 +183,7 @@ def run_rounds(state: RoundState, one_round: Round, bar: Any = None, generator: 
 
     graph, rounds, done, total = None, 0, 1, state.batch
     while done < n:
-        if graphs and rounds == 1:
+        if state.graphed and rounds == 1:
             graph = capture_round(step, state.device, generator)
         if graph is None:
             step()
