@@ -55,8 +55,9 @@ if TYPE_CHECKING:
 
 
 Acceptance = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Generators], MRSResult]
-"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.speculation.sampling.mrs`,
-the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position and ``exact_tokens``."""
+"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of
+:func:`~diffspec.speculation.sampling.mrs`, the exact default); relaxed rules (``gsd``) return a ``relaxation`` per
+position and ``exact_tokens``."""
 
 
 def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tensor, generator: Generators,

@@ -134,8 +134,8 @@ class LanternTreeRound:
         """The tree layout, the drafter's feature buffer (prefill feature at 0) and its static KV cache."""
         dev, size, rows = state.device, state.tokens.shape[1], state.batch * state.session.cfg_branches
         hidden = state.session.last_hidden
-        self.depth, _, self.ancestors = self.tree.layout(dev)
-        self.rel = torch.cat([self.depth.new_zeros(1), self.depth])  # row offset from `commit` of each logits row
+        self.node_depth, _, self.ancestors = self.tree.layout(dev)
+        self.rel = torch.cat([self.node_depth.new_zeros(1), self.node_depth])  # logits row r: position commit + rel[r]
         self.feats = torch.zeros(rows, size, hidden.shape[-1], device=dev, dtype=hidden.dtype)
         self.feats[:, 0] = hidden[:, -1]
         self.cache = self.head.new_cache(rows, size + self.tree.size)
@@ -220,7 +220,7 @@ class LanternTreeRound:
                                        self.ancestors, self.sampling, self.generator, top=self.certain)
         self.draft_calls += tree.depth
         start = commit - 1
-        logits = session.step_tree(state.tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes, self.depth,
+        logits = session.step_tree(state.tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes, self.node_depth,
                                    self.ancestors)
         hidden = session.last_hidden
         p = force(warp(logits, **self.sampling), window_forced(session, commit.unsqueeze(1) + self.rel))

@@ -220,7 +220,7 @@ class ResidualRound:
         siblings they rank highest (never a token the residual draw cannot give), and the nodes fed (chain, then
         each sibling followed by copies of the chain's next drafts)."""
         q, depth = self.q, self.depth
-        noise = gumbel(uniform((*q.shape[:1], depth, q.shape[-1]), self.generator, q.device))
+        noise = gumbel(uniform((q.shape[0], depth, q.shape[-1]), self.generator, q.device))
         score = q[:, :depth].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
         siblings = score.masked_fill(unreachable(self.rule, q[:, :depth], draft[:, :depth]),
                                      float("-inf")).topk(self.width, -1).indices

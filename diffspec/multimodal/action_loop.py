@@ -76,7 +76,8 @@ class ActionRound:
 
     def __init__(self, model: Any, input_ids: torch.Tensor, logits_processor: Any, model_kwargs: dict[str, Any],
                  action_map: ActionTokenMap, drafts: torch.Tensor, tolerance: int, eos: torch.Tensor | None) -> None:
-        self.model, self.input_ids, self.logits_processor, self.model_kwargs = model, input_ids, logits_processor, model_kwargs
+        self.model, self.input_ids, self.model_kwargs = model, input_ids, model_kwargs
+        self.logits_processor = logits_processor
         self.action_map, self.tolerance, self.eos = action_map, tolerance, eos
         dev, n = input_ids.device, action_map.n_dof
         self.batch, self.n = input_ids.shape[0], n
@@ -84,7 +85,7 @@ class ActionRound:
         self.slots: SlotState | None = None
         self.decided = torch.zeros(self.batch, dtype=torch.long, device=dev)  # tokens decided per row
         self.finished = torch.zeros(self.batch, dtype=torch.bool, device=dev)
-        self.first_real = torch.zeros(self.batch, dtype=torch.long, device=dev)  # first fed slot of a row (holes before)
+        self.first_real = torch.zeros(self.batch, dtype=torch.long, device=dev)  # a row's first fed slot (holes before)
         self.start, self.fed, self.done = 0, n - 1, False  # first DoF scored this pass, slots it feeds
         self.pos_all = torch.arange(n, device=dev)
         self.counts = torch.zeros(3, dtype=torch.long, device=dev)  # proposed, accepted, relaxed (synced at the end)
