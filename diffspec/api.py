@@ -24,8 +24,8 @@ from .multimodal.self_config import SelfDraftConfig
 from .stats import SpecStats
 
 FAMILIES = ("diffusion", "ar_image", "multimodal")
-_AR_WRAP_HINT = ("; wrap AR image generators first: diffspec.ar_image.janus.JanusTarget(model, processor), "
-                 "diffspec.ar_image.emu3.Emu3Target(model, height=..., width=...) or a LlamaGenTarget")
+_AR_WRAP_HINT = ("; wrap AR image generators first: diffspec.ar_image.targets.janus.JanusTarget(model, processor), "
+                 "diffspec.ar_image.targets.emu3.Emu3Target(model, height=..., width=...) or a LlamaGenTarget")
 
 
 @dataclass(frozen=True)
@@ -72,16 +72,16 @@ _REGISTRY: dict[str, MethodInfo] = {
               "drafter + latent-neighbourhood relaxed acceptance"),
         _info(LanternPPConfig, "diffspec.pipelines.lantern:LanternPipeline",
               "LANTERN with the multiplicative cap (chain drafts; static trees not yet)"),
-        _info(DraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+        _info(DraftConfig, "diffspec.pipelines.multimodal:MultimodalPipeline",
               "classic speculative decoding with a draft model"),
-        _info(TextDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline", "VLM drafter without vision"),
-        _info(CompressedDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+        _info(TextDraftConfig, "diffspec.pipelines.multimodal:MultimodalPipeline", "VLM drafter without vision"),
+        _info(CompressedDraftConfig, "diffspec.pipelines.multimodal:MultimodalPipeline",
               "smaller VLM drafter on pruned visual tokens (video: by target attention)"),
-        _info(SelfDraftConfig, "diffspec.multimodal.pipeline:MultimodalPipeline",
+        _info(SelfDraftConfig, "diffspec.pipelines.multimodal:MultimodalPipeline",
               "the target drafts for itself: sparse top-K visual KV and/or layer skip (STD)"),
-        _info(RelaxedActionConfig, "diffspec.multimodal.action_pipeline:ActionPipeline",
+        _info(RelaxedActionConfig, "diffspec.pipelines.action:ActionPipeline",
               "VLA action drafts (previous / Kalman) verified in one pass, bin-tolerance acceptance"),
-        _info(RelaxedCodecConfig, "diffspec.multimodal.codec_pipeline:CodecPipeline",
+        _info(RelaxedCodecConfig, "diffspec.pipelines.codec:CodecPipeline",
               "codec LM (MusicGen) frame drafts, exact on codebook 0, beta tolerance on the others"),
     )
 }

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import gumbel, mrs
 from diffspec.models import load_ar_target
+from diffspec.speculation.sampling import gumbel, mrs
 from diffspec.stats import SpecStats
 
 POOL = 10

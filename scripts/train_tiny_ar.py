@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from diffspec.ar_image.llamagen import LlamaGenTransformer
-from diffspec.ar_image.llamagen_config import LlamaGenConfig
-from diffspec.ar_image.patch_vq import PatchVQ
 from diffspec.ar_image.target import ARImageTarget
+from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
+from diffspec.ar_image.targets.patch_vq import PatchVQ
 from diffspec.ar_image.token_stats import per_token_entropy, summarize_entropy
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
 from diffspec.models import class_accuracy, load_ar_target, reference_fid

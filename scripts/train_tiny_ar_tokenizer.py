@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
+from diffspec.ar_image.targets.patch_vq import PatchVQ, PatchVQConfig
 from diffspec.data import make_grid_png, render_shapes
 from diffspec.data.shapes import BACKGROUNDS
 from diffspec.metrics import psnr

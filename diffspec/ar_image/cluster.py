@@ -42,9 +42,17 @@ from __future__ import annotations
 
 import torch
 
+from ..speculation.sampling import (
+    Generators,
+    MRSResult,
+    acceptance_prob,
+    exact_twin,
+    mrs,
+    point_mass,
+    uniform,
+)
 from .config import CLUSTER_RULES
-from .patch_vq import kmeans, nearest_code
-from .sampling import Generators, MRSResult, acceptance_prob, exact_twin, mrs, point_mass, uniform
+from .targets.patch_vq import kmeans, nearest_code
 
 KMEANS_ITERS = 50
 """Lloyd iterations of :meth:`ClusterAcceptance.fit` (seeded, deterministic)."""
@@ -155,7 +163,7 @@ class ClusterAcceptance:
         return law if self.group_onehot else torch.where(point_mass(q).unsqueeze(-1), p, law)
 
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
-        """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
+        """Cluster test of ``draft`` against ``p`` (signature of :func:`~diffspec.speculation.sampling.mrs`)."""
         ids = self._ids(p)
         q = q.to(p.dtype)
         exact = None if self.group_onehot else point_mass(q)  # one-hot drafts: the exact test

@@ -55,7 +55,7 @@ class ARSamplingConfig(MethodConfig):
 
     @property
     def sampling(self) -> dict[str, float]:
-        """``{"temperature", "top_k", "top_p"}`` as keyword arguments of :func:`~diffspec.ar_image.sampling.warp`."""
+        """``{"temperature", "top_k", "top_p"}`` as keyword arguments of :func:`~diffspec.speculation.sampling.warp`."""
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
 
 

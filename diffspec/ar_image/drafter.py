@@ -7,7 +7,7 @@ target's own final norm and output head, so the drafter owns only ``fc`` and the
 runs on the conditional and unconditional rows and its logits are mixed like the target's.
 
 Example:
-    >>> from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
+    >>> from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
     >>> cfg = LlamaGenConfig(dim=32, n_layer=1, n_head=2, vocab_size=8, num_classes=3, block_size=4)
     >>> model = LlamaGenTransformer(cfg).eval()
     >>> head = FeatureDrafter(EagleDrafter(cfg).eval(), model)
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .llamagen import LlamaGenConfig, LlamaGenTransformer, TransformerBlock
+from .targets.llamagen import LlamaGenConfig, LlamaGenTransformer, TransformerBlock
 
 
 class EagleDrafter(nn.Module):
@@ -49,7 +49,7 @@ class EagleDrafter(nn.Module):
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write ``config.json`` (the target's config) and ``model.safetensors``."""
-        from .llamagen_load import save_folder
+        from .targets.llamagen_load import save_folder
 
         save_folder(self, self.config.to_dict(), directory)
 
@@ -61,7 +61,7 @@ class EagleDrafter(nn.Module):
         Example:
             >>> drafter = EagleDrafter.from_pretrained("diffspec/weights/tiny-ar/drafter")  # doctest: +SKIP
         """
-        from .llamagen_load import load_folder
+        from .targets.llamagen_load import load_folder
 
         return load_folder(cls, LlamaGenConfig, directory, device=device, dtype=dtype)
 

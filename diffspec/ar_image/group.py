@@ -10,7 +10,7 @@ cluster ``C`` of tokens the target row ``p`` finds interchangeable with ``x``:
    token embedding (the target's :meth:`~diffspec.ar_image.target.ARImageTarget.token_embeddings`)
    lies at squared L2 distance ``embed_dist`` or more from ``x``'s (no embeddings: no such filter).
    ``x`` itself always stays, so ``group_size=1``, ``delta_p=0`` or ``embed_dist=0`` give the
-   exact test of :func:`~diffspec.ar_image.sampling.mrs`, bit for bit. For codebooks of up to
+   exact test of :func:`~diffspec.speculation.sampling.mrs`, bit for bit. For codebooks of up to
    ``NEAR_TABLE_MAX_CODES`` tokens the distance filter is a ``(V, V)`` boolean table built once per
    device, so a round gathers ``G`` flags per draft instead of ``G`` embedding rows.
 
@@ -50,7 +50,16 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import Generators, MRSResult, acceptance_prob, exact_twin, mrs, point_mass, sample, uniform
+from ..speculation.sampling import (
+    Generators,
+    MRSResult,
+    acceptance_prob,
+    exact_twin,
+    mrs,
+    point_mass,
+    sample,
+    uniform,
+)
 
 NEAR_TABLE_MAX_CODES = 8192
 """Largest codebook whose ``(V, V)`` "within ``embed_dist``" table is precomputed (64 MiB at 8192)."""
@@ -166,7 +175,7 @@ class GroupAcceptance:
         return tokens, keep
 
     def __call__(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: Generators) -> MRSResult:
-        """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.ar_image.sampling.mrs`)."""
+        """Group test of ``draft`` against ``p`` (signature of :func:`~diffspec.speculation.sampling.mrs`)."""
         tokens, keep = self.cluster(p, draft)
         if not self.group_onehot:  # point-mass drafts: the cluster shrinks to the draft (exact test)
             keep &= ~point_mass(q).unsqueeze(-1) | (tokens == draft.unsqueeze(-1))

@@ -1,12 +1,13 @@
 """Speculative Jacobi decoding engine (``sjd``, ``mc-sjd``), batched over images, exact.
 
-One round, for every batch row at once (row ``b`` has committed ``c_b`` tokens and holds drafts
+One round (:class:`JacobiRound`, run by the shared loop :func:`~diffspec.ar_image.rounds.run_rounds`), for
+every batch row at once (row ``b`` has committed ``c_b`` tokens and holds drafts
 for positions ``c_b .. c_b + L - 1``, clipped at the image end):
 
 1. one ``session.step`` feeds the last committed token and the ``L`` drafts; its rows give
    ``p^t`` for positions ``c_b .. c_b + L`` (forced tokens made one-hot);
 2. modified rejection sampling of every draft against ``p^t`` with its recorded ``q``
-   (:func:`~diffspec.ar_image.sampling.mrs`); the accepted prefix is committed, plus the MRS
+   (:func:`~diffspec.speculation.sampling.mrs`); the accepted prefix is committed, plus the MRS
    output at the first rejection, or a bonus draw from the row after a fully accepted window;
 3. the positions left in the window are re-drafted from ``p^t`` (``independent``: fresh draws;
    ``maximal``: the MRS outputs of step 2, i.e. the old draft kept with probability ``1 - TV``; under a
@@ -19,7 +20,7 @@ point. Rows near the image end feed from an earlier start (re-feeding committed 
 row feeds the same number of tokens. The only host sync is one per round (loop end / progress).
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1, 0])
     >>> tokens = jacobi_sample(session, target.num_tokens, window=4, coupling="maximal", init="uniform",
@@ -35,17 +36,28 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import (
+    Generators,
+    GumbelTable,
+    MRSResult,
+    force,
+    gumbel_argmax,
+    mrs,
+    sample,
+    uniform,
+    warp,
+)
 from ..stats import SpecStats
-from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, GumbelTable, MRSResult, force, gumbel_argmax, mrs, sample, uniform, warp
+from .rounds import RoundState, generator_list, run_rounds, window_forced, write_committed
 
 if TYPE_CHECKING:
     from .target import ARSession
 
 
 Acceptance = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Generators], MRSResult]
-"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of :func:`~diffspec.ar_image.sampling.mrs`,
-the exact default); relaxed rules (``gsd``) return a ``relaxation`` per position and ``exact_tokens``."""
+"""The verification rule ``(p, q, drafts, generator) -> MRSResult`` (signature of
+:func:`~diffspec.speculation.sampling.mrs`, the exact default); relaxed rules (``gsd``) return a ``relaxation`` per
+position and ``exact_tokens``."""
 
 
 def init_drafts(init: str, batch: int, length: int, vocab: int, left: torch.Tensor, generator: Generators,
@@ -124,9 +136,7 @@ def shift_window(session: ARSession, tokens: torch.Tensor, commit: torch.Tensor,
     src = src.clamp(max=length - 1)
     kept = redraft.gather(1, src)
     q_kept = q_re.gather(1, src.unsqueeze(-1).expand(-1, -1, vocab))
-    rel_c = cols - commit.unsqueeze(1)
-    is_commit = (rel_c >= 0) & (cols < new_commit.unsqueeze(1))
-    tokens = torch.where(is_commit, commit_vals.gather(1, rel_c.clamp(0, length)), tokens)
+    tokens = write_committed(tokens, commit, new_commit, commit_vals)
     rel_w = cols - new_commit.unsqueeze(1)
     in_win = (rel_w >= 0) & (rel_w < length)
     rel_w = rel_w.clamp(0, length - 1)
@@ -140,10 +150,78 @@ def shift_window(session: ARSession, tokens: torch.Tensor, commit: torch.Tensor,
     return torch.where(in_win, drafts.gather(1, rel_w), tokens), q
 
 
+class JacobiRound:
+    """One round of speculative Jacobi decoding (the module docstring's steps 1-3) on a :class:`RoundState`.
+
+    Args:
+        window: drafts verified per call (clipped to ``num_tokens - 1``).
+        coupling, init, sampling, generator, acceptance: as :func:`jacobi_sample`.
+    """
+
+    def __init__(self, window: int, coupling: str, init: str, sampling: dict[str, Any], generator: Generators,
+                 acceptance: Acceptance | None = None) -> None:
+        self.window, self.coupling, self.init = window, coupling, init
+        self.sampling, self.generator = sampling, generator
+        self.verify = mrs if acceptance is None else acceptance
+
+    def start(self, state: RoundState) -> None:
+        """Draw the first window (and the Gumbel table of ``gumbel``)."""
+        self.length = min(self.window, state.num_tokens - 1)
+        self.ar = torch.arange(self.length + 1, device=state.device)
+        self.vocab = state.session.first_logits.shape[-1]
+        q = first_window(state.session, state.tokens, self.length, self.init, self.generator)
+        self.table = (GumbelTable(state.batch, self.length, self.vocab, self.generator, state.device)
+                      if self.coupling == "gumbel" else None)
+        self.q = q.contiguous().clone() if state.graphed else q  # written in place: its own dense storage
+
+    def window_laws(self, state: RoundState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The round's target call: ``(p (B, L + 1, V) at positions commit + k, pos, valid, draft)``
+        (:func:`window_drafts`); rows near the image end feed from an earlier start, so all feed ``L + 1`` tokens."""
+        n, length, ar, commit = state.num_tokens, self.length, self.ar, state.commit
+        start = torch.clamp(commit - 1, max=n - length - 1)
+        logits = state.session.step(state.tokens.gather(1, start.unsqueeze(1) + ar), start)
+        idx = (commit - 1 - start).unsqueeze(1) + ar  # logits row of position commit + k
+        logits = logits.gather(1, idx.clamp(max=length).unsqueeze(-1).expand(-1, -1, self.vocab))
+        pos, valid, draft = window_drafts(state.tokens, commit, length)
+        return force(warp(logits, **self.sampling), window_forced(state.session, pos)), pos, valid, draft
+
+    def redraft(self, p: torch.Tensor, res: MRSResult, pos: torch.Tensor) -> torch.Tensor:
+        """Next drafts of the window's positions, each drawn from its row of ``p`` ``(B, L, V)``: fresh draws
+        (``independent``), the verification's outputs (``maximal``; a relaxed rule's exact twin, since the rule's
+        own outputs do not follow ``p``) or Gumbel-max draws with the positions' fixed noise (``gumbel``)."""
+        if self.coupling == "independent":
+            return sample(p, self.generator)
+        if self.coupling == "maximal":
+            return res.tokens if res.relaxation is None else res.exact_tokens
+        return gumbel_argmax(p, self.table.noise(pos[:, : self.length]))  # type: ignore[union-attr]
+
+    def __call__(self, state: RoundState) -> None:
+        n, length, commit = state.num_tokens, self.length, state.commit
+        p, pos, valid, draft = self.window_laws(state)
+        res = self.verify(p[:, :length], self.q, draft, self.generator)
+        lead = (res.accepted & valid).long().cumprod(1).sum(1)
+        if res.relaxation is not None:
+            decided = (self.ar[:length] <= lead.unsqueeze(1)) & valid
+            state.relaxed.add_(torch.stack([(res.relaxation * decided).sum(), decided.sum().float()]))
+        state.accepted.add_(lead.sum())
+        state.proposed.add_(valid.sum())
+        commit_vals = torch.cat([res.tokens, sample(p[:, length], self.generator).unsqueeze(1)], 1)
+        new_commit = commit + torch.minimum(lead + 1, n - commit)
+        redraft = self.redraft(p[:, :length], res, pos)
+        tokens, q = shift_window(state.session, state.tokens, commit, new_commit, commit_vals, redraft,
+                                 p[:, :length], self.init, self.generator)
+        if self.table is not None:
+            self.table.advance(commit, new_commit)
+        if state.graphed:
+            self.q.copy_(q)
+        else:
+            self.q = q
+        state.advance(tokens, new_commit)
+
+
 def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: str, init: str,
                   sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
-                  bar: Any = None, _kept_old_q: bool = False, acceptance: Acceptance | None = None,
-                  cuda_graphs: bool = False) -> torch.Tensor:
+                  bar: Any = None, acceptance: Acceptance | None = None, cuda_graphs: bool = False) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens by speculative Jacobi decoding (exact with the default acceptance).
 
     Args:
@@ -152,17 +230,15 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
         window: drafts verified per call (clipped to ``num_tokens - 1``).
         coupling: ``"independent"`` (SJD), ``"maximal"`` or ``"gumbel"`` (MC-SJD).
         init: first-draft rule (see :func:`init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row (row ``b``'s result then does
             not depend on the other rows).
         stats: counters to fill (``target_calls`` counts the prefill as one call).
         bar: a tqdm bar advanced by the tokens committed each round.
-        _kept_old_q: test-only planted bias: a token the maximal coupling kept keeps its OLD q
-            (the bookkeeping that makes MC-SJD inexact; exactness tests must catch it).
-        acceptance: the verification rule (default :func:`~diffspec.ar_image.sampling.mrs`, exact);
+        acceptance: the verification rule (default :func:`~diffspec.speculation.sampling.mrs`, exact);
             its outputs are also the ``maximal`` re-drafts. A relaxed rule (one that reports
             ``relaxation``) must also return ``exact_tokens``
-            (:func:`~diffspec.ar_image.sampling.exact_twin`): its own outputs do not follow ``p``, so the
+            (:func:`~diffspec.speculation.sampling.exact_twin`): its own outputs do not follow ``p``, so the
             re-drafts are the exact test's, every draft's ``q`` stays the law it was drawn from, and the
             relaxation is spent only on the tokens the rule commits. Its mean ``relaxation`` over the
             positions it decided (accepted prefix + first rejection) goes to ``stats.extra["relaxed_tv"]``.
@@ -173,111 +249,15 @@ def jacobi_sample(session: ARSession, num_tokens: int, window: int, coupling: st
     Returns:
         Image tokens, distributed exactly as the plain loop's (default acceptance).
     """
-    batch, n = session.batch_size, num_tokens
-    dev = session.first_logits.device
-    vocab = session.first_logits.shape[-1]
     if cuda_graphs:
         check_graphable(session, coupling, generator)
-    forced = session.forced_tokens()
-    forced = None if forced is None else forced.to(dev)
-    tokens = torch.zeros(batch, n, dtype=torch.long, device=dev)
-    p0 = warp(session.first_logits, **sampling)
-    if forced is not None:
-        p0 = force(p0, forced[0].expand(batch))
-    tokens[:, 0] = sample(p0, generator)
-    commit = torch.ones(batch, dtype=torch.long, device=dev)
-    calls = 1
-    row_calls = torch.ones(batch, device=dev)
-    accepted = torch.zeros((), dtype=torch.long, device=dev)
-    proposed = torch.zeros((), dtype=torch.long, device=dev)
-    relaxed = torch.zeros(2, device=dev)  # sum of relaxation over decided positions, their count
-    verify = mrs if acceptance is None else acceptance
-    length = min(window, n - 1)
-    if bar is not None:
-        bar.update(batch)
-    if length > 0:
-        ar = torch.arange(length + 1, device=dev)
-        pos0 = commit.unsqueeze(1) + ar[:length]
-        drafts, q = init_drafts(init, batch, length, vocab, tokens[:, 0], generator,
-                                window_forced(session, pos0))
-        tokens[:, 1:length + 1] = drafts
-        table = GumbelTable(batch, length, vocab, generator, dev) if coupling == "gumbel" else None
-        if cuda_graphs:  # a captured round writes these buffers in place: give q its own dense storage
-            q = q.contiguous().clone()
-        state = {"tokens": tokens, "commit": commit, "q": q}  # what a round reads, then replaces
-
-        def one_round() -> None:
-            """One round on ``state`` (in place under ``cuda_graphs``, so a captured round's buffers stay put)."""
-            tokens, commit, q = state["tokens"], state["commit"], state["q"]
-            start = torch.clamp(commit - 1, max=n - length - 1)
-            fed = tokens.gather(1, start.unsqueeze(1) + ar)
-            logits = session.step(fed, start)
-            row_calls.add_((commit < n).float())
-            # logits row of position commit + k is (commit - 1 - start) + k
-            idx = (commit - 1 - start).unsqueeze(1) + ar
-            logits = logits.gather(1, idx.clamp(max=length).unsqueeze(-1).expand(-1, -1, vocab))
-            pos = commit.unsqueeze(1) + ar  # (B, L + 1) absolute positions of the window rows
-            p = warp(logits, **sampling)
-            f = window_forced(session, pos)
-            if f is not None:
-                p = force(p, f)
-            draft = tokens.gather(1, pos[:, :length].clamp(max=n - 1))
-            valid = pos[:, :length] < n
-            res = verify(p[:, :length], q, draft, generator)
-            lead = (res.accepted & valid).long().cumprod(1).sum(1)
-            if res.relaxation is not None:
-                decided = (ar[:length] <= lead.unsqueeze(1)) & valid
-                relaxed.add_(torch.stack([(res.relaxation * decided).sum(), decided.sum().float()]))
-            accepted.add_(lead.sum())
-            proposed.add_(valid.sum())
-            bonus = sample(p[:, length], generator)
-            commit_vals = torch.cat([res.tokens, bonus.unsqueeze(1)], 1)
-            step = torch.minimum(lead + 1, n - commit)
-            if coupling == "independent":
-                redraft = sample(p[:, :length], generator)
-            elif coupling == "maximal":  # a relaxed rule's tokens follow its own law, not p: its exact twin's do
-                redraft = res.tokens if res.relaxation is None else res.exact_tokens
-            else:
-                redraft = gumbel_argmax(p[:, :length], table.noise(pos[:, :length]))  # type: ignore[union-attr]
-            q_re = p[:, :length]
-            if _kept_old_q:
-                q_re = torch.where(res.accepted.unsqueeze(-1), q, q_re)
-            new_commit = commit + step
-            new_tokens, new_q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, q_re, init,
-                                             generator)
-            if table is not None:
-                table.advance(commit, new_commit)
-            if cuda_graphs:
-                tokens.copy_(new_tokens)
-                q.copy_(new_q)
-                commit.copy_(new_commit)
-            else:
-                state.update(tokens=new_tokens, commit=new_commit, q=new_q)
-
-        graph = None
-        done, total, rounds = 1, batch, 0
-        while done < n:
-            if cuda_graphs and rounds == 1 and graph is None:
-                graph = capture_round(one_round, dev, generator)
-            if graph is not None:
-                graph.replay()
-            else:
-                one_round()
-            calls += 1
-            rounds += 1
-            done, total = round_progress(state["commit"], bar, total)  # the round's one host sync
-        tokens = state["tokens"]
-    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    state = RoundState.start(session, num_tokens, sampling, generator, bar, graphed=cuda_graphs)
+    one_round = JacobiRound(window, coupling, init, sampling, generator, acceptance)
+    run_rounds(state, one_round, bar, generator)
+    state.record(stats)
     if stats is not None and acceptance is not None:
-        stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
-    return tokens
-
-
-def _generators(generator: Generators) -> list[torch.Generator]:
-    """``generator`` as a list (one per row, a single shared one, or none)."""
-    if isinstance(generator, (list, tuple)):
-        return list(generator)
-    return [] if generator is None else [generator]
+        stats.extra["relaxed_tv"] = state.relaxed_tv()
+    return state.image_tokens
 
 
 def check_graphable(session: ARSession, coupling: str, generator: Generators) -> None:
@@ -298,23 +278,6 @@ def check_graphable(session: ARSession, coupling: str, generator: Generators) ->
         raise ValueError(f"cuda_graphs=True: the session's forced tokens are on {forced.device}, not {device}")
     if coupling == "gumbel":
         raise ValueError("cuda_graphs=True does not support coupling='gumbel'; use 'maximal' or 'independent'")
-    gens = _generators(generator)
-    if any(g.device.type != "cuda" for g in gens):
+    if any(g.device.type != "cuda" for g in generator_list(generator)):
         raise ValueError("cuda_graphs=True needs CUDA generators (torch.Generator('cuda')) or generator=None; "
                          "a CPU generator draws on the host, which a CUDA graph cannot replay")
-
-
-def capture_round(one_round: Callable[[], None], device: torch.device, generator: Generators) -> Any:
-    """A CUDA graph of ``one_round`` (captured, not run) with every generator's state registered, so each
-    replay draws fresh numbers as the eager round would."""
-    graph = torch.cuda.CUDAGraph()
-    gens = _generators(generator)
-    if gens and not hasattr(graph, "register_generator_state"):
-        raise RuntimeError(f"cuda_graphs=True with explicit generators needs a PyTorch whose CUDAGraph has "
-                           f"register_generator_state (this is {torch.__version__}); pass generator=None")
-    for g in dict.fromkeys(gens):  # a generator shared by rows is registered once
-        graph.register_generator_state(g)
-    torch.cuda.synchronize(device)
-    with torch.cuda.graph(graph):
-        one_round()
-    return graph

@@ -1,6 +1,7 @@
 """LANTERN sampling loop: chain drafts from a feature drafter, verified with relaxed acceptance.
 
-One round, for every batch row at once (row ``b`` has committed ``c_b`` tokens and knows the
+One round (:class:`LanternRound`, run by the shared loop :func:`~diffspec.ar_image.rounds.run_rounds`), for
+every batch row at once (row ``b`` has committed ``c_b`` tokens and knows the
 target's features ``F_0 .. F_{c_b - 1}``):
 
 1. the drafter proposes ``L`` tokens autoregressively (``L`` drafter calls over the whole feature
@@ -26,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import Generators, force, sample, warp
 from ..stats import SpecStats
-from .plain import record_rounds, round_progress, window_forced
 from .relaxed import relaxed_mrs
-from .sampling import Generators, force, sample, warp
+from .rounds import RoundState, run_rounds, window_forced, write_committed
 from .target import mix_cfg
 
 if TYPE_CHECKING:
@@ -76,6 +77,69 @@ def draft_chain(head: FeatureDrafter, session: ARSession, tokens: torch.Tensor, 
     return torch.stack(drafts, 1), torch.stack(qs, 1)
 
 
+class LanternRound:
+    """One LANTERN round (the module docstring's steps 1-3) on a :class:`~diffspec.ar_image.rounds.RoundState`
+    whose token buffer holds ``num_tokens + length + 1`` positions.
+
+    Args:
+        length: drafts per round (``>= 1``).
+        head, neighbours, delta, lam, sampling, generator, acceptance: as :func:`lantern_sample`.
+    """
+
+    def __init__(self, head: FeatureDrafter, neighbours: torch.Tensor, length: int, delta: float, lam: float | None,
+                 sampling: dict[str, Any], generator: Generators, acceptance: str = "certain") -> None:
+        self.head, self.neighbours, self.length, self.delta, self.lam = head, neighbours, length, delta, lam
+        self.sampling, self.generator, self.acceptance = sampling, generator, acceptance
+        self.draft_calls = 0
+        self.budget_sum: torch.Tensor | float = 0.0  # neighbour mass moved onto the verified drafts
+
+    def start(self, state: RoundState) -> None:
+        """The drafter's feature buffer (the prefill's feature at position 0) and its static KV cache."""
+        session, rows, size = state.session, state.batch * state.session.cfg_branches, state.tokens.shape[1]
+        hidden = session.last_hidden
+        self.feats = torch.zeros(rows, size, hidden.shape[-1], device=state.device, dtype=hidden.dtype)
+        self.feats[:, 0] = hidden[:, -1]
+        self.cache = self.head.new_cache(rows, size)
+        self.ar = torch.arange(self.length + 1, device=state.device)
+        self.budget_sum = torch.zeros((), device=state.device)
+
+    def real_features(self, state: RoundState, hidden: torch.Tensor, idx: torch.Tensor) -> None:
+        """Replace the drafted features at positions ``commit .. commit + L`` by the target's (``hidden`` rows
+        ``idx``; valid up to the first rejection, the rest is overwritten before it is read)."""
+        branches, length = state.session.cfg_branches, self.length
+        real = hidden.gather(1, idx.repeat(branches, 1).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        cols = torch.arange(state.tokens.shape[1], device=state.device)
+        rel = (cols - state.commit.unsqueeze(1)).repeat(branches, 1)
+        in_win = ((rel >= 0) & (rel <= length)).unsqueeze(-1)
+        self.feats = torch.where(in_win, real.gather(1, rel.clamp(0, length).unsqueeze(-1).expand(
+            -1, -1, real.shape[-1])), self.feats)
+
+    def __call__(self, state: RoundState) -> None:
+        n, length, ar, commit, session = state.num_tokens, self.length, self.ar, state.commit, state.session
+        drafts, q = draft_chain(self.head, session, state.tokens, self.feats, self.cache, commit, length,
+                                self.sampling, self.generator, top=self.acceptance == "certain")
+        self.draft_calls += length
+        start = torch.clamp(commit - 1, max=n - length - 1)
+        logits = session.step(state.tokens.gather(1, start.unsqueeze(1) + ar), start)
+        hidden = session.last_hidden
+        idx = ((commit - 1 - start).unsqueeze(1) + ar).clamp(max=length)  # row of position commit + k
+        p = warp(logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1])), **self.sampling)
+        pos = commit.unsqueeze(1) + ar
+        p = force(p, window_forced(session, pos))
+        valid = pos[:, :length] < n
+        res = relaxed_mrs(p[:, :length], q, drafts, self.neighbours, self.delta, self.lam, self.generator,
+                          self.acceptance)
+        lead = (res.accepted & valid).long().cumprod(1).sum(1)
+        state.accepted.add_(lead.sum())
+        state.proposed.add_(valid.sum())
+        self.budget_sum += (res.budget * valid).sum()
+        commit_vals = torch.cat([res.tokens, sample(p[:, length], self.generator).unsqueeze(1)], 1)
+        new_commit = commit + torch.minimum(lead + 1, n - commit)
+        tokens = write_committed(state.tokens, commit, new_commit, commit_vals)
+        self.real_features(state, hidden, idx)
+        state.advance(tokens, new_commit)
+
+
 def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, neighbours: torch.Tensor,
                    draft_length: int, delta: float, lam: float | None, sampling: dict[str, Any],
                    generator: Generators, stats: SpecStats | None = None, bar: Any = None,
@@ -89,7 +153,7 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
         neighbours: ``(V, k)`` latent neighbourhoods of the target's codebook.
         draft_length: drafts per round (clipped to ``num_tokens - 1``).
         delta, lam: relaxation (see :func:`~diffspec.ar_image.relaxed.relaxed_mrs`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters (``target_calls`` with the prefill, ``draft_calls``, ``accepted``/``proposed``,
             ``extra``: ``step_compression``, ``tokens_per_call``, ``tv_budget_mean`` over verified drafts).
@@ -103,64 +167,12 @@ def lantern_sample(session: ARSession, num_tokens: int, head: FeatureDrafter, ne
     if session.last_hidden is None:
         raise ValueError(f"{type(session).__name__} exposes no last_hidden: LANTERN's drafter needs the target's "
                          "features (LlamaGen targets provide them)")
-    batch, n, branches = session.batch_size, num_tokens, session.cfg_branches
-    dev = session.first_logits.device
-    length = max(1, min(draft_length, n - 1))
-    size = n + length + 1
-    tokens = torch.zeros(batch, size, dtype=torch.long, device=dev)
-    feats = torch.zeros(batch * branches, size, session.last_hidden.shape[-1], device=dev,
-                        dtype=session.last_hidden.dtype)
-    feats[:, 0] = session.last_hidden[:, -1]
-    cache = head.new_cache(batch * branches, size)
-    p0 = force(warp(session.first_logits, **sampling), window_forced(session, torch.zeros(batch, dtype=torch.long,
-                                                                                           device=dev)))
-    tokens[:, 0] = sample(p0, generator)
-    commit = torch.ones(batch, dtype=torch.long, device=dev)
-    calls, draft_calls = 1, 0
-    row_calls = torch.ones(batch, device=dev)
-    accepted = torch.zeros((), dtype=torch.long, device=dev)
-    proposed = torch.zeros((), dtype=torch.long, device=dev)
-    budget_sum = torch.zeros((), device=dev)
-    ar = torch.arange(length + 1, device=dev)
-    cols = torch.arange(size, device=dev)
-    done, total = 1, batch
-    if bar is not None:
-        bar.update(batch)
-    while done < n:
-        drafts, q = draft_chain(head, session, tokens, feats, cache, commit, length, sampling, generator,
-                                top=acceptance == "certain")
-        draft_calls += length
-        start = torch.clamp(commit - 1, max=n - length - 1)
-        logits = session.step(tokens.gather(1, start.unsqueeze(1) + ar), start)
-        hidden = session.last_hidden
-        calls += 1
-        row_calls += (commit < n).float()
-        idx = ((commit - 1 - start).unsqueeze(1) + ar).clamp(max=length)  # row of position commit + k
-        vocab = logits.shape[-1]
-        p = warp(logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, vocab)), **sampling)
-        pos = commit.unsqueeze(1) + ar
-        p = force(p, window_forced(session, pos))
-        valid = pos[:, :length] < n
-        res = relaxed_mrs(p[:, :length], q, drafts, neighbours, delta, lam, generator, acceptance)
-        lead = (res.accepted & valid).long().cumprod(1).sum(1)
-        accepted += lead.sum()
-        proposed += valid.sum()
-        budget_sum += (res.budget * valid).sum()
-        commit_vals = torch.cat([res.tokens, sample(p[:, length], generator).unsqueeze(1)], 1)
-        new_commit = commit + torch.minimum(lead + 1, n - commit)
-        rel = cols - commit.unsqueeze(1)
-        is_commit = (rel >= 0) & (cols < new_commit.unsqueeze(1))
-        tokens = torch.where(is_commit, commit_vals.gather(1, rel.clamp(0, length)), tokens)
-        # target features at positions commit .. commit + L (valid up to the first rejection)
-        real = hidden.gather(1, idx.repeat(branches, 1).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        rel_r = rel.repeat(branches, 1)
-        in_win = ((rel_r >= 0) & (rel_r <= length)).unsqueeze(-1)
-        feats = torch.where(in_win, real.gather(1, rel_r.clamp(0, length).unsqueeze(-1).expand(-1, -1, real.shape[-1])),
-                            feats)
-        commit = new_commit
-        done, total = round_progress(commit, bar, total)  # the round's one host sync
-    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    length = max(1, min(draft_length, num_tokens - 1))
+    state = RoundState.start(session, num_tokens, sampling, generator, bar, width=num_tokens + length + 1)
+    one_round = LanternRound(head, neighbours, length, delta, lam, sampling, generator, acceptance)
+    run_rounds(state, one_round, bar)
+    state.record(stats)
     if stats is not None:
-        stats.draft_calls += draft_calls
-        stats.extra["tv_budget_mean"] = float(budget_sum) / max(int(proposed), 1)
-    return tokens[:, :n]
+        stats.draft_calls += one_round.draft_calls
+        stats.extra["tv_budget_mean"] = float(one_round.budget_sum) / max(int(state.proposed), 1)
+    return state.image_tokens

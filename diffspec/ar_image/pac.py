@@ -3,11 +3,12 @@
 SJD-PAC (https://arxiv.org/abs/2603.18599) adds to MC-SJD's vectorised MRS ("adaptive
 continuation", :func:`~diffspec.ar_image.jacobi.jacobi_sample` with ``coupling="maximal"``)
 *proactive drafting*: where the last round's first rejection left the window, it also drafts
-alternatives from the stale rows. Here, one round, for every batch row at once:
+alternatives from the stale rows. Here, one round (:class:`PACRound`, run by the shared loop
+:func:`~diffspec.ar_image.rounds.run_rounds`), for every batch row at once:
 
 1. the window's main chain (``L`` drafts at ``c .. c + L - 1``, mc-sjd's drafts with their laws
    ``q``) is sibling 0 of a static ``width``-ary tree of ``depth`` levels
-   (:class:`~diffspec.ar_image.lantern_tree.StaticTree` layout) hung on positions ``c .. c + D - 1``;
+   (:class:`~diffspec.ar_image.tree.StaticTree` layout) hung on positions ``c .. c + D - 1``;
    every tree node's children at position ``c + d`` are drawn from the stale row ``q_d`` (the main
    draft's own law): sibling 0 by a fresh draw (the main draft on the main path), the others
    without replacement;
@@ -28,7 +29,7 @@ stale context, so ``width - 1`` more candidates per level raise the chance of ge
 The cost is ``width + .. + width^depth - depth`` extra tokens per call (81 for 4 x 3).
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1])
     >>> pac_sample(session, target.num_tokens, window=4, width=2, depth=2, init="uniform",
@@ -42,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import Generators, force, mrs, residual_law, sample, warp
 from ..stats import SpecStats
 from .jacobi import first_window, shift_window, window_drafts
-from .lantern_tree import StaticTree
-from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, force, mrs, sample, warp
+from .rounds import RoundState, run_rounds, window_forced
+from .tree import StaticTree
 
 if TYPE_CHECKING:
     from .target import ARSession
@@ -105,7 +106,7 @@ def draft_alternatives(draft: torch.Tensor, q: torch.Tensor, tree: StaticTree, g
 
 
 def walk_tree(p: torch.Tensor, q: torch.Tensor, nodes: torch.Tensor, ok: torch.Tensor, tree: StaticTree,
-              in_image: torch.Tensor, generator: Generators, _no_residual: bool = False
+              in_image: torch.Tensor, generator: Generators
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Recursive rejection sampling down the tree (all rows at once, a loop over levels and siblings).
 
@@ -113,8 +114,6 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, nodes: torch.Tensor, ok: torch.T
         p: ``(B, 1 + M, V)`` target rows (row 0: the first tree level; row ``1 + j``: node ``j``'s children).
         q: ``(B, >= D, V)`` the stale row of each level (the law siblings are drawn from).
         in_image: ``(B, D)`` level ``d`` is inside the image.
-        _no_residual: test-only planted bias: siblings are tested against the same ``p`` (no
-            residual update after a rejected sibling); exactness tests must catch it.
 
     Returns:
         ``(out (B, D) token per level, path (B, D) node per level, lead (B,) levels accepted,
@@ -142,10 +141,7 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, nodes: torch.Tensor, ok: torch.T
             chosen = torch.where(searching & test.accepted, r, chosen)
             rejected = searching & ~test.accepted
             resid = torch.where(rejected, test.tokens, resid)
-            if not _no_residual:
-                res = (pr - qr).clamp_min(0)
-                mass = res.sum(-1, keepdim=True)
-                pr = torch.where(rejected.unsqueeze(-1) & (mass > 0), res / mass.clamp_min(tiny), pr)
+            pr = torch.where(rejected.unsqueeze(-1), residual_law(pr, qr), pr)
             taken = taken.scatter(-1, x[:, r].unsqueeze(-1), 1.0)
         hit = chosen >= 0
         node = kids.gather(1, chosen.clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -158,28 +154,72 @@ def walk_tree(p: torch.Tensor, q: torch.Tensor, nodes: torch.Tensor, ok: torch.T
     return out, path, lead, torch.where(alive, cur, -1), cur_p
 
 
-def start_tree_sampling(session: ARSession, num_tokens: int, sampling: dict[str, Any], generator: Generators,
-                        method: str) -> torch.Tensor:
-    """``(B, num_tokens)`` tokens holding the first image token (drawn from the prefill's row), for a sampler whose
-    rounds verify token trees (``sjd-pac``, ``mc-sjd-ra``).
-
-    Raises:
-        ValueError: the session cannot verify token trees (no ``step_tree``).
-    """
+def check_tree_session(session: ARSession, method: str) -> None:
+    """Raise ``ValueError`` unless ``session`` verifies token trees (``step_tree``), as ``method``'s rounds need."""
     if not hasattr(session, "step_tree"):
         raise ValueError(f"{type(session).__name__} cannot verify token trees (step_tree): {method} needs a "
                          "LlamaGen-style or toy session; use mc-sjd")
-    dev = session.first_logits.device
-    batch = session.batch_size
-    tokens = torch.zeros(batch, num_tokens, dtype=torch.long, device=dev)
-    first = window_forced(session, torch.zeros(batch, dtype=torch.long, device=dev))
-    tokens[:, 0] = sample(force(warp(session.first_logits, **sampling), first), generator)
-    return tokens
+
+
+class PACRound:
+    """One ``sjd-pac`` round (the module docstring's steps 1-4) on a :class:`~diffspec.ar_image.rounds.RoundState`.
+
+    Args:
+        length: main-chain drafts per call (``>= 1``).
+        tree: the alternatives tree (depth at most ``length``).
+        init, sampling, generator: as :func:`pac_sample`.
+    """
+
+    def __init__(self, length: int, tree: StaticTree, init: str, sampling: dict[str, Any], generator: Generators
+                 ) -> None:
+        self.length, self.tree, self.init, self.sampling, self.generator = length, tree, init, sampling, generator
+        self.alt_hits: torch.Tensor | int = 0  # tree levels accepted off the main chain
+
+    def start(self, state: RoundState) -> None:
+        """The layout fed per round and the first window."""
+        dev = state.device
+        self.node_depth, self.anc, self.chain = pac_layout(self.tree, self.length, dev)
+        self.ar = torch.arange(self.length + 1, device=dev)
+        self.offsets = torch.tensor(self.tree.offsets, device=dev)
+        self.rel = torch.cat([self.node_depth.new_zeros(1), self.node_depth])  # logits row r predicts commit + rel[r]
+        self.chain_rows = torch.cat([self.chain.new_zeros(1), 1 + self.chain])  # row of chain position commit + k
+        self.alt_hits = torch.zeros((), dtype=torch.long, device=dev)
+        self.q = first_window(state.session, state.tokens, self.length, self.init, self.generator)
+
+    def __call__(self, state: RoundState) -> None:
+        n, length, d_tree, commit = state.num_tokens, self.length, self.tree.depth, state.commit
+        _, valid, draft = window_drafts(state.tokens, commit, length)
+        tree_nodes, ok = draft_alternatives(draft, self.q, self.tree, self.generator)
+        nodes = torch.cat([tree_nodes, draft[:, d_tree:]], 1)
+        ok = torch.cat([ok, torch.ones_like(draft[:, d_tree:], dtype=torch.bool)], 1)
+        start = commit - 1
+        logits = state.session.step_tree(state.tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes,
+                                         self.node_depth, self.anc)
+        p = force(warp(logits, **self.sampling), window_forced(state.session, commit.unsqueeze(1) + self.rel))
+        p_chain = p[:, self.chain_rows]  # (B, L + 1, V): the main chain's rows, as mc-sjd's window
+        res = mrs(p_chain[:, :length], self.q, draft, self.generator)
+        out, path, lead, cur, leaf_p = walk_tree(p, self.q, nodes, ok, self.tree, valid[:, :d_tree], self.generator)
+        self.alt_hits += (path - self.offsets > 0).logical_and(self.ar[:d_tree] < lead.unsqueeze(1)).sum()
+        main = cur == 0  # the whole tree passed on the main chain: continue as mc-sjd
+        tail = (res.accepted[:, d_tree:] & valid[:, d_tree:]).long().cumprod(1).sum(1)
+        lead = lead + torch.where(main, tail, 0)
+        state.accepted.add_(lead.sum())
+        state.proposed.add_(valid.sum())
+        bonus = sample(p_chain[:, length], self.generator)
+        commit_vals = torch.cat([out, res.tokens[:, d_tree:], bonus.unsqueeze(1)], 1)
+        leaf = sample(leaf_p, self.generator)
+        past = commit_vals[:, d_tree] if d_tree < length else leaf
+        commit_vals[:, d_tree] = torch.where(main, past, leaf)
+        state.session.commit_tree(start, torch.cat([path, self.chain[d_tree:].expand(state.batch, -1)], 1))
+        new_commit = commit + torch.minimum(lead + 1, n - commit)
+        tokens, self.q = shift_window(state.session, state.tokens, commit, new_commit, commit_vals, res.tokens,
+                                      p_chain[:, :length], self.init, self.generator)
+        state.advance(tokens, new_commit)
 
 
 def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, depth: int, init: str,
-               sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None, bar: Any = None,
-               _no_residual: bool = False) -> torch.Tensor:
+               sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None, bar: Any = None
+               ) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens with ``sjd-pac`` (see the module docstring); exact.
 
     Args:
@@ -188,68 +228,23 @@ def pac_sample(session: ARSession, num_tokens: int, window: int, width: int, dep
         window: main-chain drafts per call (clipped to ``num_tokens - 1``).
         width, depth: the alternatives tree (``depth`` clipped to the window).
         init: first-draft rule (:func:`~diffspec.ar_image.jacobi.init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
             ``extra["alternative_hits"]`` (tree levels accepted off the main chain).
         bar: a tqdm bar advanced by the tokens committed each round.
-        _no_residual: test-only planted bias (see :func:`walk_tree`).
 
     Raises:
         ValueError: the session cannot verify token trees.
     """
-    tokens = start_tree_sampling(session, num_tokens, sampling, generator, "sjd-pac")
-    batch, n = tokens.shape
-    dev = tokens.device
-    commit = torch.ones(batch, dtype=torch.long, device=dev)
-    calls, row_calls = 1, torch.ones(batch, device=dev)
-    accepted = torch.zeros((), dtype=torch.long, device=dev)
-    proposed, alt_hits = torch.zeros_like(accepted), torch.zeros_like(accepted)
-    length = min(window, n - 1)
-    if bar is not None:
-        bar.update(batch)
+    check_tree_session(session, "sjd-pac")
+    state = RoundState.start(session, num_tokens, sampling, generator, bar)
+    length = min(window, num_tokens - 1)
     tree = StaticTree((width,) * min(depth, max(length, 1)))
-    if length > 0:
-        node_depth, anc, chain = pac_layout(tree, length, dev)
-        d_tree = tree.depth
-        ar = torch.arange(length + 1, device=dev)
-        rel = torch.cat([node_depth.new_zeros(1), node_depth])  # logits row r predicts commit + rel[r]
-        chain_rows = torch.cat([chain.new_zeros(1), 1 + chain])  # row of chain position commit + k
-        q = first_window(session, tokens, length, init, generator)
-        done, total = 1, batch
-        while done < n:
-            pos, valid, draft = window_drafts(tokens, commit, length)
-            tree_nodes, ok = draft_alternatives(draft, q, tree, generator)
-            nodes = torch.cat([tree_nodes, draft[:, d_tree:]], 1)
-            ok = torch.cat([ok, torch.ones_like(draft[:, d_tree:], dtype=torch.bool)], 1)
-            start = commit - 1
-            logits = session.step_tree(tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes, node_depth, anc)
-            calls += 1
-            row_calls += (commit < n).float()
-            p = force(warp(logits, **sampling), window_forced(session, commit.unsqueeze(1) + rel))
-            p_chain = p[:, chain_rows]  # (B, L + 1, V): the main chain's rows, as mc-sjd's window
-            res = mrs(p_chain[:, :length], q, draft, generator)
-            out, path, lead, cur, leaf_p = walk_tree(p, q, nodes, ok, tree, valid[:, :d_tree], generator,
-                                                     _no_residual)
-            alt_hits += (path - torch.tensor(tree.offsets, device=dev) > 0).logical_and(
-                ar[:d_tree] < lead.unsqueeze(1)).sum()
-            main = cur == 0  # the whole tree passed on the main chain: continue as mc-sjd
-            tail = (res.accepted[:, d_tree:] & valid[:, d_tree:]).long().cumprod(1).sum(1)
-            lead = lead + torch.where(main, tail, 0)
-            accepted += lead.sum()
-            proposed += valid.sum()
-            commit_vals = torch.cat([out, res.tokens[:, d_tree:], sample(p_chain[:, length], generator).unsqueeze(1)], 1)
-            leaf = sample(leaf_p, generator)
-            past = commit_vals[:, d_tree] if d_tree < length else leaf
-            commit_vals[:, d_tree] = torch.where(main, past, leaf)
-            session.commit_tree(start, torch.cat([path, chain[d_tree:].expand(batch, -1)], 1))
-            new_commit = commit + torch.minimum(lead + 1, n - commit)
-            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, res.tokens,
-                                     p_chain[:, :length], init, generator)
-            commit = new_commit
-            done, total = round_progress(commit, bar, total)  # the round's one host sync
-    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    one_round = PACRound(length, tree, init, sampling, generator)
+    run_rounds(state, one_round, bar)
+    state.record(stats)
     if stats is not None:
         stats.extra["tree_nodes"] = tree.size + max(length - tree.depth, 0)
-        stats.extra["alternative_hits"] = int(alt_hits)
-    return tokens
+        stats.extra["alternative_hits"] = int(one_round.alt_hits)
+    return state.image_tokens

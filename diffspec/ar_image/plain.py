@@ -4,7 +4,7 @@ Also the output object and post-processing every AR image generation call shares
 plain call and a speculative pipeline's call return the same thing.
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> target = ToyTableTarget(seed=0)
     >>> session = target.start(class_labels=[0, 1])
     >>> tokens = plain_sample(session, target.num_tokens, {"temperature": 1.0}, torch.Generator().manual_seed(0))
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..progress import progress
+from ..speculation.sampling import Generators, force, sample, warp
 from ..stats import SpecStats
-from .sampling import Generators, force, sample, warp
 
 if TYPE_CHECKING:
     from .target import ARImageTarget, ARSession
@@ -56,15 +56,6 @@ def open_session(target: ARImageTarget, class_labels: Any = None, prompt: Any = 
     return target.start(guidance_scale=scale, **conditions)
 
 
-def window_forced(session: ARSession, positions: torch.Tensor) -> torch.Tensor | None:
-    """Forced token (or -1) at each of ``positions`` (any shape, clipped into the image); None if none."""
-    forced = session.forced_tokens()
-    if forced is None:
-        return None
-    forced = forced.to(positions.device)
-    return forced[positions.clamp(0, forced.numel() - 1)]
-
-
 def plain_sample(session: ARSession, num_tokens: int, sampling: dict[str, Any], generator: Generators,
                  stats: SpecStats | None = None, bar: Any = None) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens one per target call (prefill + ``num_tokens - 1`` steps).
@@ -72,7 +63,7 @@ def plain_sample(session: ARSession, num_tokens: int, sampling: dict[str, Any], 
     Args:
         session: an open session (its ``first_logits`` predict token 0).
         num_tokens: image tokens per image.
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters to fill (``target_calls`` = ``num_tokens``, prefill included).
         bar: a tqdm bar advanced by the batch size per token.
@@ -97,27 +88,6 @@ def plain_sample(session: ARSession, num_tokens: int, sampling: dict[str, Any], 
         stats.target_evals += num_tokens * session.cfg_branches
         stats.extra.update(iterations=num_tokens - 1, step_compression=1.0, tokens_per_call=1.0)
     return tokens
-
-
-def round_progress(commit: torch.Tensor, bar: Any, total: int) -> tuple[int, int]:
-    """A speculative round's one host sync: ``(min commit, committed tokens)``; advances ``bar`` from ``total``."""
-    done, now = torch.stack([commit.min(), commit.sum()]).tolist()
-    if bar is not None:
-        bar.update(now - total)
-    return done, now
-
-
-def record_rounds(stats: SpecStats | None, session: ARSession, num_tokens: int, calls: int,
-                  row_calls: torch.Tensor, accepted: torch.Tensor, proposed: torch.Tensor) -> None:
-    """Add a speculative loop's counters to ``stats`` (``calls`` includes the prefill; one sync here)."""
-    if stats is None:
-        return
-    stats.target_calls += calls
-    stats.target_evals += calls * session.cfg_branches
-    stats.accepted += int(accepted)
-    stats.proposed += int(proposed)
-    stats.extra.update(iterations=calls - 1, step_compression=num_tokens / calls,
-                       tokens_per_call=float((num_tokens / row_calls).mean()))
 
 
 def finish(target: ARImageTarget, tokens: torch.Tensor, output_type: str = "pil", return_dict: bool = True,

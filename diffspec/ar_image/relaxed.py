@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import kernels
-from .sampling import Generators, uniform
+from ..speculation.sampling import Generators, uniform
 
 
 @dataclass(frozen=True)

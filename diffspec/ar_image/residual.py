@@ -5,7 +5,8 @@ Where does MC-SJD lose? A round ends at its first rejected draft ``j``: the toke
 residual draw, so every draft after it was drafted in a context that is now wrong. The next round's
 first draft (``j + 1``, the new window start) is rejected most often of all (on ``tiny-ar-noisy`` 40%
 of rounds end there). This sampler prepares, in the same target call, the rows that the residual
-draw will need:
+draw will need (one round: :class:`ResidualRound`, run by the shared loop
+:func:`~diffspec.ar_image.rounds.run_rounds`):
 
 1. before the call, one fresh Gumbel vector ``g_k`` per window offset ``k < depth``; the ``width``
    siblings of the draft at offset ``k`` are the tokens ranking highest on ``log q_k + g_k`` (the
@@ -36,7 +37,7 @@ The cost is ``depth * width * (1 + follow)`` extra tokens per call (128 at the d
 work is batched: one Gumbel table, one top-k and one modified-rejection pass per round, no loop over tokens.
 
 Example:
-    >>> from diffspec.ar_image.toy import ToyTableTarget
+    >>> from diffspec.ar_image.targets.toy import ToyTableTarget
     >>> stats = SpecStats()
     >>> out = residual_sample(ToyTableTarget(seed=0).start(class_labels=[0, 1]), 6, window=4, width=2, depth=2,
     ...                       follow=1, init="uniform", sampling={"temperature": 1.0},
@@ -51,11 +52,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..speculation.sampling import (
+    Generators,
+    MRSResult,
+    force,
+    gumbel,
+    mrs,
+    point_mass,
+    sample,
+    uniform,
+    warp,
+)
 from ..stats import SpecStats
 from .jacobi import first_window, shift_window, window_drafts
-from .pac import start_tree_sampling
-from .plain import record_rounds, round_progress, window_forced
-from .sampling import Generators, MRSResult, force, gumbel, mrs, point_mass, sample, uniform, warp
+from .pac import check_tree_session
+from .rounds import RoundState, run_rounds, window_forced
 
 if TYPE_CHECKING:
     from .cluster import ClusterAcceptance
@@ -143,8 +154,8 @@ def with_residual_draws(res: MRSResult, law: torch.Tensor, q: torch.Tensor, nois
 
 
 def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: torch.Tensor, j: torch.Tensor,
-                   follow: int, in_image: torch.Tensor, generator: Generators, rule: ClusterAcceptance | None = None,
-                   stale: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   follow: int, in_image: torch.Tensor, generator: Generators, rule: ClusterAcceptance | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Tokens after a sibling that the residual draw at offset ``j`` picked, from its group's fresh rows.
 
     The chain's drafts at offsets ``j + 1 .. j + 1 + follow`` are tested (modified rejection sampling,
@@ -157,7 +168,6 @@ def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: 
         j: ``(B,)`` offset of the sibling.
         in_image: ``(B, L + 1)`` offset is inside the image.
         rule: a relaxed rule (:meth:`~diffspec.ar_image.cluster.ClusterAcceptance.emitted_law`); None: exact.
-        stale: test-only planted bias: use the chain's rows (conditioned on the rejected draft).
 
     Returns:
         ``(tokens (B, 1 + follow) at offsets j + 1 + l, count (B,), relaxation (B, 1 + follow) or None)``: the
@@ -167,7 +177,7 @@ def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: 
     rows = torch.arange(batch, device=p.device).unsqueeze(1)
     lv = torch.arange(follow + 1, device=p.device)
     off = j.unsqueeze(1) + 1 + lv  # (B, 1 + follow) offsets of the tested drafts
-    idx = off if stale else 1 + base.unsqueeze(1) + lv  # chain row of offset o: o; group node r's row: 1 + r
+    idx = 1 + base.unsqueeze(1) + lv  # group node r's row: 1 + r
     law = p[rows, idx.clamp(max=p.shape[1] - 1)]
     in_window = off < length
     o = off.clamp(max=length - 1)
@@ -178,10 +188,99 @@ def follow_sibling(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, base: 
     return tokens, go.long().cumprod(1).sum(1) + 1, None if tv is None else torch.where(in_window, tv, 0.0)
 
 
+class ResidualRound:
+    """One ``mc-sjd-ra`` round (the module docstring's steps 1-4) on a :class:`~diffspec.ar_image.rounds.RoundState`.
+
+    Args:
+        length: chain drafts per call (``>= 1``); ``depth``: offsets with siblings (``<= length - 1``).
+        width, follow, init, sampling, generator, acceptance: as :func:`residual_sample`.
+    """
+
+    def __init__(self, length: int, width: int, depth: int, follow: int, init: str, sampling: dict[str, Any],
+                 generator: Generators, acceptance: ClusterAcceptance | None = None) -> None:
+        self.length, self.width, self.depth, self.follow = length, width, depth, follow
+        self.init, self.sampling, self.generator, self.rule = init, sampling, generator, acceptance
+        self.hits: torch.Tensor | int = 0  # rounds whose first rejection drew a sibling
+
+    def start(self, state: RoundState) -> None:
+        """The layout fed per round and the first window."""
+        dev, length, depth, size = state.device, self.length, self.depth, 1 + self.follow
+        self.node_depth, self.anc = sibling_layout(length, depth, self.width, self.follow, dev)
+        self.ar = torch.arange(length + 1, device=dev)
+        self.rel = torch.cat([self.node_depth.new_zeros(1), self.node_depth])  # logits row r predicts commit + rel[r]
+        self.chain = torch.arange(length, device=dev)
+        self.copies = (torch.arange(depth, device=dev).unsqueeze(1) + torch.arange(1, size, device=dev)
+                       ).clamp(max=length - 1)
+        self.rows = torch.arange(state.batch, device=dev)
+        self.hits = torch.zeros((), dtype=torch.long, device=dev)
+        self.q = first_window(state.session, state.tokens, length, self.init, self.generator)
+
+    def siblings(self, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(noise (B, D, V), siblings (B, D, width), nodes (B, M))``: the Gumbel vectors of offsets ``< D``, the
+        siblings they rank highest (never a token the residual draw cannot give), and the nodes fed (chain, then
+        each sibling followed by copies of the chain's next drafts)."""
+        q, depth = self.q, self.depth
+        noise = gumbel(uniform((q.shape[0], depth, q.shape[-1]), self.generator, q.device))
+        score = q[:, :depth].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
+        siblings = score.masked_fill(unreachable(self.rule, q[:, :depth], draft[:, :depth]),
+                                     float("-inf")).topk(self.width, -1).indices
+        follows = draft[:, self.copies].unsqueeze(2).expand(-1, -1, self.width, -1)  # (B, D, width, follow)
+        groups = torch.cat([siblings.unsqueeze(-1), follows], -1).flatten(1)
+        return noise, siblings, torch.cat([draft, groups], 1)
+
+    def hit_sibling(self, state: RoundState, siblings: torch.Tensor, out: torch.Tensor, lead: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(j, hit, base)`` per row: the first rejection's offset (clipped into the siblings' offsets), whether its
+        residual draw is one of its siblings (and the image goes on), and that sibling's group's first node."""
+        depth = self.depth
+        j = lead.clamp(max=max(depth - 1, 0))
+        match = (siblings[self.rows, j] == out[self.rows, j].unsqueeze(1)) if depth else torch.zeros(
+            state.batch, 1, dtype=torch.bool, device=state.device)
+        hit = (lead < depth) & match.any(1) & (state.commit + lead + 1 < state.num_tokens)
+        return j, hit, self.length + (j * self.width + match.long().argmax(1)) * (1 + self.follow)
+
+    def __call__(self, state: RoundState) -> None:
+        n, length, follow, commit, q = state.num_tokens, self.length, self.follow, state.commit, self.q
+        pos, valid, draft = window_drafts(state.tokens, commit, length)
+        noise, siblings, nodes = self.siblings(draft)
+        start = commit - 1
+        logits = state.session.step_tree(state.tokens.gather(1, start.unsqueeze(1)).squeeze(1), start, nodes,
+                                         self.node_depth, self.anc)
+        p = force(warp(logits, **self.sampling), window_forced(state.session, commit.unsqueeze(1) + self.rel))
+        p_chain = p[:, :length]
+        law = emitted_law(self.rule, p_chain, q)
+        res, exact, tv = verify(p_chain, law, q, draft, self.generator)
+        out = with_residual_draws(res, law, q, noise)
+        lead = (res.accepted & valid).long().cumprod(1).sum(1)
+        j, hit, base = self.hit_sibling(state, siblings, out, lead)  # the sibling's group holds the next laws
+        after, count, tv_after = follow_sibling(p, q, draft, base, j, follow, pos < n, self.generator, self.rule)
+        count = torch.where(hit, count, 0)
+        if tv is not None:  # the TV of the committed positions' emitted laws
+            chain_done = (self.chain <= lead.unsqueeze(1)) & valid
+            walk_done = torch.arange(follow + 1, device=state.device) < count.unsqueeze(1)
+            state.relaxed.add_(torch.stack([(tv * chain_done).sum() + (tv_after * walk_done).sum(),
+                                            (chain_done.sum() + walk_done.sum()).float()]))
+        self.hits += hit.sum()
+        state.accepted.add_((lead + (count - 1).clamp(min=0)).sum())
+        state.proposed.add_(valid.sum())
+        commit_vals = torch.cat([out, sample(p[:, length], self.generator).unsqueeze(1)], 1)
+        lv = self.ar - j.unsqueeze(1) - 1  # commit_vals column -> index into `after`
+        mine = (lv >= 0) & (lv < count.unsqueeze(1))
+        commit_vals = torch.where(mine, after.gather(1, lv.clamp(0, follow)), commit_vals)
+        chain = self.chain
+        in_group = hit.unsqueeze(1) & (chain >= j.unsqueeze(1)) & (chain <= (j + follow).unsqueeze(1))
+        state.session.commit_tree(start, torch.where(in_group, base.unsqueeze(1) + chain - j.unsqueeze(1), chain))
+        new_commit = commit + torch.minimum(lead + 1 + count, n - commit)
+        # a relaxed rule's outputs do not follow p: the exact test's (same uniforms and Gumbel draws) re-draft
+        redraft = out if self.rule is None else with_residual_draws(exact, p_chain, q, noise)
+        tokens, self.q = shift_window(state.session, state.tokens, commit, new_commit, commit_vals, redraft, p_chain,
+                                      self.init, self.generator)
+        state.advance(tokens, new_commit)
+
+
 def residual_sample(session: ARSession, num_tokens: int, window: int, width: int, depth: int, follow: int, init: str,
                     sampling: dict[str, Any], generator: Generators, stats: SpecStats | None = None,
-                    bar: Any = None, acceptance: ClusterAcceptance | None = None,
-                    _stale_rows: bool = False) -> torch.Tensor:
+                    bar: Any = None, acceptance: ClusterAcceptance | None = None) -> torch.Tensor:
     """Sample ``(B, num_tokens)`` image tokens with residual alternatives (see the module docstring); exact.
 
     Args:
@@ -192,7 +291,7 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
         depth: offsets with siblings (clipped to ``window - 1``).
         follow: copies of the chain's next drafts fed under each sibling (0: the sibling alone).
         init: first-draft rule (:func:`~diffspec.ar_image.jacobi.init_drafts`).
-        sampling: keyword arguments of :func:`~diffspec.ar_image.sampling.warp`.
+        sampling: keyword arguments of :func:`~diffspec.speculation.sampling.warp`.
         generator: ``None``, a generator, or one per batch row.
         stats: counters as mc-sjd, plus ``extra["tree_nodes"]`` (tokens fed per call) and
             ``extra["residual_hits"]`` (rounds whose first rejection drew a sibling).
@@ -201,89 +300,23 @@ def residual_sample(session: ARSession, num_tokens: int, window: int, width: int
             residual draw at a rejection, is then against that law; the window is re-drafted by the exact test's
             tokens (same uniforms), which follow ``p``. None (default): exact. The mean TV of the emitted law over
             the committed positions goes to ``stats.extra["relaxed_tv"]``.
-        _stale_rows: test-only planted bias: the tokens after a picked sibling are drawn from the chain's
-            rows (conditioned on the rejected draft) instead of the sibling's; exactness tests must catch it.
 
     Raises:
         ValueError: the session cannot verify token trees.
     """
-    tokens = start_tree_sampling(session, num_tokens, sampling, generator, "mc-sjd-ra")
-    batch, n = tokens.shape
-    dev, vocab = tokens.device, session.first_logits.shape[-1]
+    check_tree_session(session, "mc-sjd-ra")
+    vocab = session.first_logits.shape[-1]
     if width >= vocab:
         raise ValueError(f"width={width} is out of range for a codebook of {vocab} tokens; must be in [1, {vocab - 1}]")
-    rows = torch.arange(batch, device=dev)
-    commit = torch.ones(batch, dtype=torch.long, device=dev)
-    calls, row_calls = 1, torch.ones(batch, device=dev)
-    accepted = torch.zeros((), dtype=torch.long, device=dev)
-    proposed, hits = torch.zeros_like(accepted), torch.zeros_like(accepted)
-    relaxed = torch.zeros(2, device=dev)  # relaxed rule: sum of the committed positions' TV, their count
-    length = min(window, n - 1)
+    state = RoundState.start(session, num_tokens, sampling, generator, bar)
+    length = min(window, num_tokens - 1)
     d_sib = min(depth, max(length - 1, 0))
-    size = 1 + follow
-    if bar is not None:
-        bar.update(batch)
-    if length > 0:
-        node_depth, anc = sibling_layout(length, d_sib, width, follow, dev)
-        ar = torch.arange(length + 1, device=dev)
-        rel = torch.cat([node_depth.new_zeros(1), node_depth])  # logits row r predicts commit + rel[r]
-        chain = torch.arange(length, device=dev)
-        copies = (torch.arange(d_sib, device=dev).unsqueeze(1) + torch.arange(1, size, device=dev)).clamp(max=length - 1)
-        q = first_window(session, tokens, length, init, generator)
-        done, total = 1, batch
-        while done < n:
-            pos, valid, draft = window_drafts(tokens, commit, length)
-            noise = gumbel(uniform((batch, d_sib, vocab), generator, dev))
-            score = q[:, :d_sib].clamp_min(torch.finfo(q.dtype).tiny).log() + noise
-            siblings = score.masked_fill(unreachable(acceptance, q[:, :d_sib], draft[:, :d_sib]),
-                                         float("-inf")).topk(width, -1).indices
-            follows = draft[:, copies].unsqueeze(2).expand(-1, -1, width, -1)  # (B, D, width, follow)
-            groups = torch.cat([siblings.unsqueeze(-1), follows], -1).flatten(1)
-            start = commit - 1
-            logits = session.step_tree(tokens.gather(1, start.unsqueeze(1)).squeeze(1), start,
-                                       torch.cat([draft, groups], 1), node_depth, anc)
-            calls += 1
-            row_calls += (commit < n).float()
-            p = force(warp(logits, **sampling), window_forced(session, commit.unsqueeze(1) + rel))
-            p_chain = p[:, :length]
-            law = emitted_law(acceptance, p_chain, q)
-            res, exact, tv = verify(p_chain, law, q, draft, generator)
-            out = with_residual_draws(res, law, q, noise)
-            lead = (res.accepted & valid).long().cumprod(1).sum(1)
-            # the first rejection drew one of its siblings: that sibling's group holds the next tokens' laws
-            j = lead.clamp(max=max(d_sib - 1, 0))
-            match = (siblings[rows, j] == out[rows, j].unsqueeze(1)) if d_sib else torch.zeros(
-                batch, 1, dtype=torch.bool, device=dev)
-            hit = (lead < d_sib) & match.any(1) & (commit + lead + 1 < n)
-            base = length + (j * width + match.long().argmax(1)) * size
-            after, count, tv_after = follow_sibling(p, q, draft, base, j, follow, pos < n, generator, acceptance,
-                                                    _stale_rows)
-            count = torch.where(hit, count, 0)
-            if tv is not None:  # the TV of the committed positions' emitted laws
-                chain_done = (chain <= lead.unsqueeze(1)) & valid
-                walk_done = torch.arange(follow + 1, device=dev) < count.unsqueeze(1)
-                relaxed += torch.stack([(tv * chain_done).sum() + (tv_after * walk_done).sum(),
-                                        (chain_done.sum() + walk_done.sum()).float()])
-            hits += hit.sum()
-            accepted += (lead + (count - 1).clamp(min=0)).sum()
-            proposed += valid.sum()
-            commit_vals = torch.cat([out, sample(p[:, length], generator).unsqueeze(1)], 1)
-            lv = ar - j.unsqueeze(1) - 1  # commit_vals column -> index into `after`
-            mine = (lv >= 0) & (lv < count.unsqueeze(1))
-            commit_vals = torch.where(mine, after.gather(1, lv.clamp(0, follow)), commit_vals)
-            in_group = hit.unsqueeze(1) & (chain >= j.unsqueeze(1)) & (chain <= (j + follow).unsqueeze(1))
-            session.commit_tree(start, torch.where(in_group, base.unsqueeze(1) + chain - j.unsqueeze(1), chain))
-            new_commit = commit + torch.minimum(lead + 1 + count, n - commit)
-            # a relaxed rule's outputs do not follow p: the exact test's (same uniforms and Gumbel draws) re-draft
-            redraft = out if acceptance is None else with_residual_draws(exact, p_chain, q, noise)
-            tokens, q = shift_window(session, tokens, commit, new_commit, commit_vals, redraft, p_chain, init,
-                                     generator)
-            commit = new_commit
-            done, total = round_progress(commit, bar, total)  # the round's one host sync
-    record_rounds(stats, session, n, calls, row_calls, accepted, proposed)
+    one_round = ResidualRound(length, width, d_sib, follow, init, sampling, generator, acceptance)
+    run_rounds(state, one_round, bar)
+    state.record(stats)
     if stats is not None:
-        stats.extra["tree_nodes"] = length + d_sib * width * size
-        stats.extra["residual_hits"] = int(hits)
+        stats.extra["tree_nodes"] = length + d_sib * width * (1 + follow)
+        stats.extra["residual_hits"] = int(one_round.hits)
         if acceptance is not None:
-            stats.extra["relaxed_tv"] = float(relaxed[0] / relaxed[1].clamp(min=1))
-    return tokens
+            stats.extra["relaxed_tv"] = state.relaxed_tv()
+    return state.image_tokens

@@ -141,7 +141,7 @@ def token_homogeneity(a: torch.Tensor, b: torch.Tensor, vocab: int, min_count: f
 def _entropy(target: Any, tokens: torch.Tensor, labels: torch.Tensor, guidance: float,
              sampling: dict[str, Any]) -> dict[str, float]:
     """Per-token entropy of the target's sampling law along sampled sequences (one teacher-forced call)."""
-    from ..ar_image.sampling import warp
+    from ..speculation.sampling import warp
 
     session = target.start(class_labels=labels, guidance_scale=guidance)
     logits = torch.cat([session.first_logits[:, None], session.step(tokens[:, :-1], torch.zeros_like(labels))], 1)

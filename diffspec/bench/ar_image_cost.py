@@ -2,7 +2,7 @@
 
 The other half of the AR-image speed claim (acceptance comes from trained models, see the
 ``ar-image`` suite). Random-weight LlamaGen GPTs (speed does not depend on weight values) are built
-from :class:`~diffspec.ar_image.llamagen_config.LlamaGenConfig`, no hub:
+from :class:`~diffspec.ar_image.targets.llamagen_config.LlamaGenConfig`, no hub:
 
 - ``llamagen-xl``: the official GPT-XL (dim 1280, 36 layers, 20 heads, vocab 16384, c2i; ~775M);
 - ``llamagen-7b-size``: dim 4096, 32 layers, 32 heads, vocab 16384, c2i (a 7B-size config, not a
@@ -10,7 +10,7 @@ from :class:`~diffspec.ar_image.llamagen_config.LlamaGenConfig`, no hub:
 - ``tiny``: dim 64, 2 layers, 4 heads, vocab 1024 (CPU tests).
 
 For every (config, image tokens, batch) it measures, with the KV cache filled up to the middle of
-the image, one target call (:meth:`~diffspec.ar_image.llamagen_session.LlamaGenSession.step`, CFG
+the image, one target call (:meth:`~diffspec.ar_image.targets.llamagen_session.LlamaGenSession.step`, CFG
 doubling the rows) that feeds ``K`` tokens: ``call_ms``, ``ms_per_token`` and ``cost_ratio = call(K) /
 call(1)`` (``K = 1`` is the plain AR step; a Jacobi window of ``L`` drafts feeds ``L + 1`` tokens).
 The ``K`` values are interleaved round by round, synchronised, after warmup. Then it times rounds of
@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from ..ar_image.config import MCSJDConfig
-from ..ar_image.cuda_graph import GraphedStep
 from ..ar_image.jacobi import jacobi_sample
-from ..ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from ..ar_image.llamagen_session import LlamaGenTarget
+from ..ar_image.targets.cuda_graph import GraphedStep
+from ..ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from ..ar_image.targets.llamagen_session import LlamaGenTarget
 from ..config import check_bool, check_choice, check_float, check_int
 from ..progress import progress
 from .ar_image_cost_report import fed_k, project, read_compression
@@ -408,7 +408,7 @@ def _document(names: list[str], configs: dict[str, Any], dev: torch.device, dtyp
             "meaningless here, only the per-round cost is (the window always feeds L + 1 tokens).",
             "Wall-clock on a shared CPU is noisy; only GPU figures speak to the GPU goals.",
             *(["cuda_graphs: call-K* cells replay each target call from a CUDA graph captured per input shape "
-               "(diffspec.ar_image.cuda_graph.GraphedStep) in untimed warmup; mc-sjd rounds replay the whole round "
+               "(diffspec.ar_image.targets.cuda_graph.GraphedStep) in untimed warmup; mc-sjd rounds replay the whole round "
                "(target call, acceptance, re-drafts, bookkeeping) from one graph (jacobi_sample(cuda_graphs=True)) "
                "plus the round's one host sync; in_round pairs replay only the target call (their timer syncs)."]
               if graphs else []),

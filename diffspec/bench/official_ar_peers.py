@@ -77,7 +77,7 @@ def _check_keys(state: Mapping[str, torch.Tensor], expected: set[str], what: str
 
 
 def to_official_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A diffspec :class:`~diffspec.ar_image.llamagen.LlamaGenTransformer`'s weights in the official layout.
+    """A diffspec :class:`~diffspec.ar_image.targets.llamagen.LlamaGenTransformer`'s weights in the official layout.
 
     The official names are diffspec's names (diffspec reads official checkpoints key for key);
     this checks the set is exactly the official one and returns detached CPU copies.
@@ -92,7 +92,7 @@ def to_official_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def from_official_state(state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
     """Inverse of :func:`to_official_state`: an official state dict (derived entries dropped) for diffspec."""
-    from ..ar_image.llamagen_load import _DERIVED
+    from ..ar_image.targets.llamagen_load import _DERIVED
 
     kept = {k: v for k, v in state.items() if not _DERIVED.search(k)}
     _check_keys(kept, official_llamagen_keys(config), "official LlamaGen -> diffspec")

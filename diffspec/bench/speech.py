@@ -184,7 +184,7 @@ def run_codec_sweep(*, betas: tuple[float, ...] = (1.0, 0.5, 0.2, 0.05), noise: 
     from transformers import MusicgenDecoderConfig, MusicgenForCausalLM
 
     from ..multimodal.codec import codec_generate
-    from ..multimodal.codec_pipeline import token_disagreement
+    from ..pipelines.codec import token_disagreement
 
     torch.manual_seed(0)
     cfg = MusicgenDecoderConfig(vocab_size=2048, num_codebooks=4, hidden_size=256, num_hidden_layers=4,

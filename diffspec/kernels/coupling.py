@@ -1,7 +1,7 @@
 """Gaussian reflection maximal coupling of drafted steps, fused over ``[K, C, H, W]`` rows.
 
-Same semantics as :func:`diffspec.speculation.coupling.reflection_coupling` (the math and its
-proof live there; :func:`reflection_coupling_reference` reproduces it bit for bit): with
+The coupling of :mod:`diffspec.speculation.coupling` (the math and its proof live there;
+:func:`reflection_coupling_reference` is its torch reference): with
 ``D = (b - a) / s`` and ``delta = ||D||`` per row, ``log r = <z, D> - delta^2 / 2``; accept the
 draft ``y`` when ``log u <= min(0, log r)`` (or ``delta < 1e-8``), else output the reflection
 ``b + s (z - 2 <e, z> e)``, ``e = D / delta``.

@@ -71,9 +71,9 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
         >>> target.codebook_size, target.grid
         (1024, (8, 8))
     """
-    from ..ar_image.llamagen import LlamaGenTransformer
-    from ..ar_image.llamagen_session import LlamaGenTarget
-    from ..ar_image.patch_vq import PatchVQ
+    from ..ar_image.targets.llamagen import LlamaGenTransformer
+    from ..ar_image.targets.llamagen_session import LlamaGenTarget
+    from ..ar_image.targets.patch_vq import PatchVQ
 
     folder = resolve_model_path(name_or_path)
     if not is_ar_model_folder(folder):

@@ -1,7 +1,7 @@
 """Speculative decoding for transformers generative models: text LMs, VLMs (image, video), Whisper, MusicGen.
 
 The shared draft/verify loop (:func:`~diffspec.multimodal.loop.speculative_generate`) plugs into
-``model.generate(custom_generate=...)``; :class:`~diffspec.multimodal.pipeline.MultimodalPipeline`
+``model.generate(custom_generate=...)``; :class:`~diffspec.pipelines.multimodal.MultimodalPipeline`
 is what ``SpeculativePipeline.from_pipe((model, processor), method="draft", draft=drafter)`` builds.
 
 Example:

@@ -16,6 +16,7 @@ attention mask and cache calls, same post-processing), but per round:
    derives positions from the cache length, so rows cannot keep ragged caches), then both
    caches are cropped.
 
+Each round is one :class:`CodecRound`, run by the shared loop (:func:`~diffspec.multimodal.rounds.run_rounds`).
 ``beta=1`` reproduces plain greedy ``generate`` exactly (tested, batch 1-3, audio-code prompts
 included; like transformers 5.23's ``generate``, the first call goes through the model's own
 ``prepare_inputs_for_generation``, which feeds only the last prompt column). Supported subset:
@@ -42,6 +43,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from .. import kernels
 from ..stats import SpecStats
+from .rounds import run_rounds
 from .slots import drop_tail
 
 
@@ -85,6 +87,53 @@ def _prompt_mask(input_ids: torch.Tensor, pad: int, eos: Any) -> torch.Tensor:
     return torch.ones_like(input_ids)
 
 
+class CodecRound:
+    """One round over the whole batch (the module docstring's steps 1-4): ``k`` drafted steps, one verifying call,
+    the batch's smallest accepted count plus one target step, both caches cropped.
+
+    Args:
+        target, draft: the two models' streams after their prefill.
+        buf: ``(B * K, S)`` the shared token buffer (columns ``< n`` final); ``n``: its first open column.
+        mask, pattern: the attention mask and the delay pattern over ``buf``'s columns.
+        max_len: columns to fill; ``k_max``: steps drafted per round.
+        beta, relaxed: the tolerance and the ``(B * K,)`` rows (codebooks) it applies to.
+        codebooks: ``K``; ``stats``: counters.
+    """
+
+    def __init__(self, target: _Stream, draft: _Stream, buf: torch.Tensor, n: int, mask: torch.Tensor,
+                 pattern: torch.Tensor, max_len: int, k_max: int, beta: float, relaxed: torch.Tensor, codebooks: int,
+                 stats: SpecStats) -> None:
+        self.target, self.draft, self.buf, self.n, self.mask, self.pattern = target, draft, buf, n, mask, pattern
+        self.max_len, self.k_max, self.beta, self.relaxed, self.stats = max_len, k_max, beta, relaxed, stats
+        self.codebooks, self.batch = codebooks, buf.shape[0] // codebooks
+        self.relaxed_tokens = torch.zeros((), dtype=torch.long, device=buf.device)  # summed on the device, read once
+        self.done = n >= max_len
+
+    def __call__(self) -> None:
+        buf, n, pattern, batch = self.buf, self.n, self.pattern, self.batch
+        k = min(self.k_max, self.max_len - n - 1)
+        for i in range(k):  # the drafter first catches up on the columns it has not seen
+            buf[:, n + i] = self.draft.feed(buf, n + i, self.mask, pattern)[:, -1].argmax(-1)
+        self.stats.draft_calls += k
+        drafts = buf[:, n:n + k].clone()
+        t_logits = self.target.feed(buf, n + k, self.mask, pattern)[:, -(k + 1):]  # [last, d_1..d_k]
+        # accept: exact on the first codebooks, p(d) >= beta * max p on the others, fixed slots pass
+        greedy, passed = kernels.beta_tolerance(t_logits, drafts, beta=self.beta, relaxed=self.relaxed)
+        same = drafts == greedy[:, :k]
+        ok = (pattern[:, n:n + k] != -1) | passed
+        m_rows = ok.view(batch, self.codebooks, k).all(1).long().cumprod(1).sum(1)
+        m = int(m_rows.min()) if k else 0  # the one host sync per round: lockstep advance
+        buf[:, n + m] = greedy[:, m]
+        self.relaxed_tokens += (~same[:, :m] & (pattern[:, n:n + m] == -1)).sum()
+        # roll back: columns [0, n + m) are final; the correction at n + m is fed next round
+        self.target.keep(n + m)
+        self.draft.keep(n + m)
+        self.stats.accepted += m * batch
+        self.stats.proposed += k * batch
+        self.n = n + m + 1
+        self.done = self.n >= self.max_len
+
+
 def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new_tokens: int,
                    num_draft_tokens: int = 4, beta: float = 1.0, exact_codebooks: int = 1,
                    encoder_hidden_states: torch.Tensor | None = None, spec_stats: SpecStats | None = None,
@@ -115,12 +164,9 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
     pad = int(gc.pad_token_id)
     start = int(gc.decoder_start_token_id if gc.decoder_start_token_id is not None else pad)
     BK, T0 = input_ids.shape
-    B = BK // K
-    max_len = T0 + max_new_tokens
+    max_len, k_max = T0 + max_new_tokens, num_draft_tokens
     static = {} if encoder_hidden_states is None else {"encoder_hidden_states": encoder_hidden_states}
-
     seqs, pattern = model.build_delay_pattern_mask(input_ids, pad_token_id=start, max_length=max_len)
-    k_max = num_draft_tokens
     n = seqs.shape[1]
     mask = torch.cat([_prompt_mask(input_ids, pad, gc.eos_token_id),
                       input_ids.new_ones(BK, max_len + k_max + 2 - T0)], 1)
@@ -128,40 +174,14 @@ def codec_generate(model: Any, drafter: Any, input_ids: torch.Tensor, *, max_new
     buf[:, :n] = seqs
     target, draft = _Stream(model, seqs, mask, pattern, static), _Stream(drafter, seqs, mask, pattern, static)
     stats.target_calls += 1
-    stats.target_evals += B
+    stats.target_evals += BK // K
     stats.draft_calls += 1
     buf[:, n] = target.logits[:, -1].argmax(-1)
-    n += 1
     relaxed = torch.arange(BK, device=buf.device) % K >= exact_codebooks
     pattern = torch.cat([pattern, pattern.new_full((BK, k_max + 2), pad)], 1)  # past max_len: never fed
-    relaxed_tokens = torch.zeros((), dtype=torch.long, device=buf.device)  # summed on the device, read once
-    while n < max_len:
-        k = min(k_max, max_len - n - 1)
-        # 1. draft k steps (the drafter first catches up on the columns it has not seen)
-        for i in range(k):
-            logits = draft.feed(buf, n + i, mask, pattern)[:, -1]
-            buf[:, n + i] = logits.argmax(-1)
-        stats.draft_calls += k
-        drafts = buf[:, n:n + k].clone()
-        # 2. verify [last, d_1..d_k] in one call
-        t_logits = target.feed(buf, n + k, mask, pattern)[:, -(k + 1):]
-        stats.target_calls += 1
-        stats.target_evals += B
-        # 3. accept: exact on the first codebooks, p(d) >= beta * max p on the others, fixed slots pass
-        greedy, passed = kernels.beta_tolerance(t_logits, drafts, beta=beta, relaxed=relaxed)
-        same = drafts == greedy[:, :k]
-        ok = (pattern[:, n:n + k] != -1) | passed
-        m_rows = ok.view(B, K, k).all(1).long().cumprod(1).sum(1)
-        m = int(m_rows.min()) if k else 0  # the one host sync per round: lockstep advance
-        buf[:, n + m] = greedy[:, m]
-        relaxed_tokens += (~same[:, :m] & (pattern[:, n:n + m] == -1)).sum()
-        # 4. roll back: columns [0, n + m) are final; the correction at n + m is fed next round
-        target.keep(n + m)
-        draft.keep(n + m)
-        stats.accepted += m * B
-        stats.proposed += k * B
-        n += m + 1
+    one_round = CodecRound(target, draft, buf, n + 1, mask, pattern, max_len, k_max, beta, relaxed, K, stats)
+    run_rounds(one_round, stats)
     out = model.apply_delay_pattern_mask(buf[:, :max_len], pattern[:, :max_len])
-    stats.extra["relaxed_tokens"] = int(relaxed_tokens)
+    stats.extra["relaxed_tokens"] = int(one_round.relaxed_tokens)
     stats.extra["frames_per_target_call"] = (max_len - T0) / stats.target_calls
-    return out[out != pad].reshape(B, K, -1)
+    return out[out != pad].reshape(BK // K, K, -1)

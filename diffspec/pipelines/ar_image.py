@@ -25,10 +25,10 @@ from ..ar_image.jacobi import jacobi_sample
 from ..ar_image.pac import pac_sample
 from ..ar_image.plain import finish, open_session, plain_sample
 from ..ar_image.residual import residual_sample
-from ..ar_image.sampling import Generators
 from ..ar_image.target import ARImageTarget
 from ..config import MethodConfig
 from ..progress import progress
+from ..speculation.sampling import Generators
 
 
 class ARImagePipeline(SpeculativePipeline):

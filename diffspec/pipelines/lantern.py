@@ -19,11 +19,12 @@ import torch
 from ..ar_image.drafter import EagleDrafter, FeatureDrafter
 from ..ar_image.lantern import lantern_sample
 from ..ar_image.lantern_config import LanternConfig
-from ..ar_image.lantern_tree import StaticTree, lantern_tree_sample
+from ..ar_image.lantern_tree import lantern_tree_sample
 from ..ar_image.neighbours import target_neighbours
-from ..ar_image.sampling import Generators
 from ..ar_image.target import ARImageTarget
+from ..ar_image.tree import StaticTree
 from ..config import MethodConfig
+from ..speculation.sampling import Generators
 from .ar_image import ARImagePipeline
 
 

@@ -12,10 +12,11 @@ The output is distributed exactly as ``N(b, s^2 I)`` and the acceptance probabil
 ``2 Phi(-delta / 2)``, is the largest any coupling achieves (Bou-Rabee, Eberle, Zimmer). Rows
 (the first dimension) are independent proposals; the reductions are in float64 over every other
 dimension (never a per-element mean), the arithmetic in float32. The implementation is
-:func:`diffspec.kernels.reflection_coupling` (torch reference, fused Triton kernel on CUDA),
-re-exported here with the math.
+:func:`diffspec.kernels.reflection_coupling` (torch reference, fused Triton kernel on CUDA); this
+module holds its math and the helpers exact samplers build on it.
 
 Example:
+    >>> from diffspec.kernels import reflection_coupling
     >>> a, b = torch.zeros(1, 8), torch.full((1, 8), 0.1)
     >>> z = torch.randn(1, 8, generator=torch.Generator().manual_seed(0))
     >>> out = reflection_coupling(a + z, z, a, b, torch.ones(1), torch.rand(1))
@@ -28,12 +29,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-# One implementation: the kernel module's torch reference (Triton on CUDA) is the coupling itself.
-from ..kernels.coupling import DELTA_EPS, reflection_coupling
-from ..kernels.coupling import Coupled as CouplingResult
-
-__all__ = ["DELTA_EPS", "CouplingResult", "acceptance_probability", "first_rejections", "reflection_coupling"]
 
 
 def acceptance_probability(delta: torch.Tensor | float) -> torch.Tensor:

@@ -41,7 +41,7 @@ def check_cfg_forced_and_warpers(run, samples: int = 100_000) -> None:
 
     ``run(target, labels, guidance_scale, sampling, stats)`` returns the sampled tokens.
     """
-    from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+    from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
     from diffspec.stats import SpecStats
 
     target = ToyTableTarget(vocab=4, grid=(2, 3), seed=1, forced={2: 3, 4: 0})
@@ -58,7 +58,7 @@ def check_cfg_forced_and_warpers(run, samples: int = 100_000) -> None:
 def toy_greedy_case() -> tuple:
     """``(target, labels, reference)``: a toy table with a forced position and CFG 1.7, and its plain greedy tokens."""
     from diffspec.ar_image.plain import plain_sample
-    from diffspec.ar_image.toy import ToyTableTarget
+    from diffspec.ar_image.targets.toy import ToyTableTarget
 
     target = ToyTableTarget(vocab=5, grid=(4, 6), seed=2, scale=1.0, forced={7: 1})
     labels = [0, 1, 1, 0, 1, 0, 0, 1]
@@ -119,3 +119,46 @@ def committed_law_z(p: torch.Tensor, tokens: torch.Tensor, rounds: list[tuple[to
     var = (expected * (1 - expected)).sum(0)
     z = diff.sum(0) / var.clamp_min(1e-12).sqrt()
     return float(z[var > 25].abs().max())
+
+
+# Planted biases: each reproduces a known bookkeeping mistake inside a sampler, for the exactness tests to catch.
+
+def plant_kept_old_q(monkeypatch, rule=None):
+    """The official MC scheduler's bookkeeping in the Jacobi loop: a draft the maximal coupling kept keeps its OLD
+    ``q`` (the law recorded for it is no longer the one it follows). Patches the window shift and returns the
+    acceptance rule to pass to ``jacobi_sample``: ``rule`` (default: exact MRS), remembering each round's test."""
+    from diffspec.ar_image import jacobi as jacobi_module
+    from diffspec.speculation.sampling import mrs
+
+    test, last = mrs if rule is None else rule, {}
+
+    def acceptance(p, q, draft, generator):
+        res = test(p, q, draft, generator)
+        last.update(q=q, accepted=res.accepted)
+        return res
+
+    shift = jacobi_module.shift_window
+
+    def kept_old_q(session, tokens, commit, new_commit, commit_vals, redraft, q_redraft, init, generator):
+        q_redraft = torch.where(last["accepted"].unsqueeze(-1), last["q"], q_redraft)
+        return shift(session, tokens, commit, new_commit, commit_vals, redraft, q_redraft, init, generator)
+
+    monkeypatch.setattr(jacobi_module, "shift_window", kept_old_q)
+    return acceptance
+
+
+def plant_stale_rows(monkeypatch):
+    """``mc-sjd-ra``: the tokens after a picked sibling are drawn from the chain's rows (conditioned on the rejected
+    draft) instead of the sibling's group's: its walk reads rows from the sibling's offset ``j`` on."""
+    from diffspec.ar_image import residual as residual_module
+
+    follow = residual_module.follow_sibling
+    monkeypatch.setattr(residual_module, "follow_sibling",
+                        lambda p, q, draft, base, j, *args: follow(p, q, draft, j, j, *args))
+
+
+def plant_no_residual(monkeypatch):
+    """``sjd-pac``: every sibling is tested against the same ``p`` (no residual update after a rejected sibling)."""
+    from diffspec.ar_image import pac as pac_module
+
+    monkeypatch.setattr(pac_module, "residual_law", lambda p, q: p)

@@ -21,8 +21,8 @@ def greedy_by_steps(session, num_tokens: int, chunk: int = 1) -> torch.Tensor:
 def tiny_llamagen_target(seed: int):
     """A random 2-layer LlamaGen (vocabulary 24, 16 image tokens, 5 classes) behind ``LlamaGenTarget``: the real
     static KV cache path (``step_tree``/``commit_tree``) for the tree samplers' greedy tests."""
-    from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-    from diffspec.ar_image.llamagen_session import LlamaGenTarget
+    from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+    from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
 
     torch.manual_seed(seed)
     cfg = LlamaGenConfig(dim=32, n_layer=2, n_head=2, vocab_size=24, num_classes=5, block_size=16, multiple_of=16,

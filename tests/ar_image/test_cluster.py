@@ -10,8 +10,8 @@ from diffspec import SpeculativePipeline
 from diffspec.ar_image.cluster import ClusterAcceptance, min_tv_law
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import MRSResult, acceptance_prob, mrs
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
+from diffspec.speculation.sampling import MRSResult, acceptance_prob, mrs
 from diffspec.stats import SpecStats
 
 P = torch.tensor([0.30, 0.25, 0.20, 0.12, 0.08, 0.05])

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from diffspec.ar_image.config import MCSJDConfig
-from diffspec.ar_image.cuda_graph import GraphedStep
 from diffspec.ar_image.jacobi import jacobi_sample
+from diffspec.ar_image.targets.cuda_graph import GraphedStep
 from diffspec.bench.ar_image_cost import _session, build_cost_model
 
 
@@ -50,7 +50,7 @@ def test_jacobi_loop_on_graphed_steps_commits_the_eager_tokens():
 
 
 def test_graphed_rounds_refuse_what_a_graph_cannot_replay():
-    from diffspec.ar_image.toy import ToyTableTarget
+    from diffspec.ar_image.targets.toy import ToyTableTarget
 
     session = ToyTableTarget(seed=0).start(class_labels=[0, 1])
     with pytest.raises(ValueError, match="needs a CUDA session"):
@@ -82,6 +82,7 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
     """The buffers a captured round writes in place (CPU stand-in: "replay" reruns the round) give the tokens and
     counts of the eager loop, which rebinds them; the first round runs before any capture."""
     import diffspec.ar_image.jacobi as jacobi_module
+    import diffspec.ar_image.rounds as rounds_module
     from diffspec.stats import SpecStats
 
     class Replay:
@@ -90,7 +91,7 @@ def test_in_place_rounds_match_the_eager_rounds(monkeypatch, coupling, init):
 
     captured = []
     monkeypatch.setattr(jacobi_module, "check_graphable", lambda *a: None)
-    monkeypatch.setattr(jacobi_module, "capture_round", lambda one_round, *a: captured.append(1) or Replay(one_round))
+    monkeypatch.setattr(rounds_module, "capture_round", lambda one_round, *a: captured.append(1) or Replay(one_round))
     target = build_cost_model("tiny", 64, "cpu")
     out, counts = [], []
     for graphs in (False, True):
@@ -107,9 +108,9 @@ def test_only_graph_safe_sessions_are_captured():
     """A session whose cache grows (transformers' DynamicCache) would be replayed against its capture-time state."""
     from types import SimpleNamespace
 
-    from diffspec.ar_image.hf_session import HFImageSession
     from diffspec.ar_image.jacobi import check_graphable
-    from diffspec.ar_image.llamagen_session import LlamaGenSession
+    from diffspec.ar_image.targets.hf_session import HFImageSession
+    from diffspec.ar_image.targets.llamagen_session import LlamaGenSession
 
     assert LlamaGenSession.graph_safe and not HFImageSession.graph_safe
     on_cuda = SimpleNamespace(device=torch.device("cuda"))

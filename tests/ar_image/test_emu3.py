@@ -6,7 +6,7 @@ import pytest
 import torch
 from ar_stepping import greedy_by_steps
 
-from diffspec.ar_image.emu3 import Emu3Target
+from diffspec.ar_image.targets.emu3 import Emu3Target
 
 pytest.importorskip("transformers")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ar_checks import chi2_fit, committed_law_z, toy_conditionals, worst_draft_z
+from ar_checks import chi2_fit, committed_law_z, plant_kept_old_q, toy_conditionals, worst_draft_z
 
 from diffspec import SpeculativePipeline, methods
 from diffspec.ar_image import jacobi as jacobi_module
@@ -12,8 +12,8 @@ from diffspec.ar_image.cluster import ClusterAcceptance, cluster_sum
 from diffspec.ar_image.config import GSDConfig
 from diffspec.ar_image.group import GroupAcceptance, distance_quantile
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.sampling import mrs, point_mass, uniform
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
+from diffspec.speculation.sampling import mrs, point_mass, uniform
 from diffspec.stats import SpecStats
 
 FREE = {"temperature": 1.0}
@@ -276,8 +276,8 @@ def test_transformers_targets_expose_their_image_token_embeddings():
     from test_emu3 import tiny_emu3
     from test_janus import tiny_janus
 
-    from diffspec.ar_image.emu3 import Emu3Target
-    from diffspec.ar_image.janus import JanusTarget
+    from diffspec.ar_image.targets.emu3 import Emu3Target
+    from diffspec.ar_image.targets.janus import JanusTarget
 
     janus = JanusTarget(tiny_janus())
     ids = torch.tensor([[0, 5, 63]])
@@ -350,6 +350,10 @@ def test_every_committed_token_follows_the_rules_law(rule, planted, monkeypatch)
     """End to end in the Jacobi loop: each committed token follows the cluster rule's emitted law for the true
     conditional given the row's prefix and the q its draft was tested with (|z| < 5 over 3e4 toy sequences); a kept
     draft keeping its old q (drafts no longer follow the q they are tested with) fails it."""
+    target, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), [0, 1] * 15_000
+    cluster = ClusterAcceptance(torch.arange(6) % 2, rule)
+    spy = Spy(cluster)
+    acceptance = plant_kept_old_q(monkeypatch, spy) if planted else spy
     rounds, shift = [], jacobi_module.shift_window
 
     def spy_shift(session, tokens, commit, new_commit, *args):
@@ -357,12 +361,8 @@ def test_every_committed_token_follows_the_rules_law(rule, planted, monkeypatch)
         return shift(session, tokens, commit, new_commit, *args)
 
     monkeypatch.setattr(jacobi_module, "shift_window", spy_shift)
-    target, labels = ToyTableTarget(vocab=6, grid=(3, 5), seed=3, scale=1.0), [0, 1] * 15_000
-    cluster = ClusterAcceptance(torch.arange(6) % 2, rule)
-    spy = Spy(cluster)
     session = target.start(class_labels=labels)
-    out = jacobi_sample(session, target.num_tokens, 8, "maximal", "uniform", FREE, gen(5), acceptance=spy,
-                        _kept_old_q=planted)
+    out = jacobi_sample(session, target.num_tokens, 8, "maximal", "uniform", FREE, gen(5), acceptance=acceptance)
     law = cluster.emitted_law if rule == "min-tv" else lumped_law(cluster)
     worst = committed_law_z(toy_conditionals(target, labels, out), out, rounds, law)
     assert (worst > 6.0) if planted else (worst < 5.0)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from ar_checks import committed_law_z, toy_conditionals, worst_draft_z
+from ar_checks import committed_law_z, plant_stale_rows, toy_conditionals, worst_draft_z
 from ar_stepping import tiny_llamagen_target
 
 from diffspec import SpeculativePipeline
@@ -12,7 +12,7 @@ from diffspec.ar_image.config import GSDConfig, MCSJDRAConfig, tokens_fed_per_ca
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
 from diffspec.ar_image.residual import residual_sample
-from diffspec.ar_image.toy import ToyTableTarget
+from diffspec.ar_image.targets.toy import ToyTableTarget
 from diffspec.stats import SpecStats
 
 FREE = {"temperature": 1.0}
@@ -119,10 +119,11 @@ def test_every_committed_token_follows_the_rules_law(case, monkeypatch):
     if case == "planted-exact-walk":  # the walk tests 1 + follow = 3 drafts, the chain 8
         law = residual_module.emitted_law
         monkeypatch.setattr(residual_module, "emitted_law", lambda r, p, q: p.clone() if q.shape[1] == 3 else law(r, p, q))
+    if case == "planted-stale-rows":
+        plant_stale_rows(monkeypatch)
     stats = SpecStats()
     session = target.start(class_labels=labels)
-    out = residual_sample(session, target.num_tokens, 8, 2, 4, 2, "uniform", FREE, gen(5), stats, acceptance=rule,
-                          _stale_rows=case == "planted-stale-rows")
+    out = residual_sample(session, target.num_tokens, 8, 2, 4, 2, "uniform", FREE, gen(5), stats, acceptance=rule)
     assert stats.extra["residual_hits"] > 3000 and len(rounds) >= 3
     law = (lambda p, q: p) if rule is None else rule.emitted_law
     worst = committed_law_z(toy_conditionals(target, labels, out), out, [tuple(r) for r in rounds], law)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from ar_stepping import greedy_by_steps
 
-from diffspec.ar_image.janus import JanusTarget
+from diffspec.ar_image.targets.janus import JanusTarget
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,11 +13,11 @@ from diffspec.ar_image.drafter import EagleDrafter, FeatureDrafter
 from diffspec.ar_image.drafter_train import train_drafter
 from diffspec.ar_image.lantern import lantern_sample
 from diffspec.ar_image.lantern_config import LanternConfig, LanternPPConfig
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.neighbours import latent_neighbours
 from diffspec.ar_image.relaxed import neighbour_budget, relaxed_mrs
-from diffspec.ar_image.sampling import warp
+from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
+from diffspec.speculation.sampling import warp
 
 VOCAB, GUIDANCE = 4, 2.0
 

@@ -10,9 +10,9 @@ import torch
 
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.drafter import EagleDrafter
-from diffspec.ar_image.llamagen import LlamaGenTransformer
-from diffspec.ar_image.llamagen_config import LlamaGenConfig
-from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
+from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
+from diffspec.ar_image.targets.patch_vq import PatchVQ, PatchVQConfig
 from diffspec.bench import run_bench
 from diffspec.bench.report import markdown_table
 

@@ -12,11 +12,12 @@ from diffspec import SpeculativePipeline
 from diffspec.ar_image.drafter import EagleDrafter, FeatureDrafter
 from diffspec.ar_image.lantern import lantern_sample
 from diffspec.ar_image.lantern_config import LanternPPConfig
-from diffspec.ar_image.lantern_tree import StaticTree, lantern_tree_sample
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from diffspec.ar_image.llamagen_session import LlamaGenTarget
+from diffspec.ar_image.lantern_tree import lantern_tree_sample
 from diffspec.ar_image.neighbours import latent_neighbours
-from diffspec.ar_image.sampling import warp
+from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
+from diffspec.ar_image.tree import StaticTree
+from diffspec.speculation.sampling import warp
 from diffspec.stats import SpecStats
 
 GUIDANCE = 2.0

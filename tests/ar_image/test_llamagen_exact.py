@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-from ar_checks import chi2_two_sample
+from ar_checks import chi2_two_sample, plant_kept_old_q
 
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from diffspec.ar_image.llamagen_session import LlamaGenTarget
 from diffspec.ar_image.plain import plain_sample
+from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
 from diffspec.stats import SpecStats
 
 
@@ -80,12 +80,12 @@ def bonferroni_p(a: torch.Tensor, b: torch.Tensor) -> float:
     ("independent", "uniform", False), ("maximal", "uniform", False), ("gumbel", "uniform", False),
     ("maximal", "repeat", False), ("maximal", "uniform", True), ("maximal", "repeat", True),
 ], ids=["sjd", "mc", "mc-gumbel", "mc-repeat", "planted-old-q", "planted-old-q-repeat"])
-def test_sampled_token_histograms_match_plain(hist_target_and_reference, coupling, init, kept_old_q):
+def test_sampled_token_histograms_match_plain(hist_target_and_reference, coupling, init, kept_old_q, monkeypatch):
     target, ref = hist_target_and_reference
     session = target.start(class_labels=[1] * M_HIST, guidance_scale=2.0)
     stats = SpecStats()
     out = jacobi_sample(session, N_HIST, 4, coupling, init, {"temperature": 1.0}, gen(1), stats,
-                        _kept_old_q=kept_old_q)
+                        acceptance=plant_kept_old_q(monkeypatch) if kept_old_q else None)
     assert stats.extra["tokens_per_call"] > 1.2
     if kept_old_q:
         assert bonferroni_p(ref, out) < 1e-6

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-from diffspec.ar_image.llamagen_load import (
+from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_load import (
     load_llamagen,
     load_state_strict,
     read_checkpoint,
     unwrap_checkpoint,
 )
-from diffspec.ar_image.llamagen_vq import VQConfig, VQModel
+from diffspec.ar_image.targets.llamagen_vq import VQConfig, VQModel
 
 GPT = dict(dim=32, n_layer=1, n_head=2, multiple_of=16)
 VQ = dict(ch=32, encoder_ch_mult=(1, 2), decoder_ch_mult=(1, 2), z_channels=32, num_res_blocks=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffspec.ar_image.llamagen import LLAMAGEN_PRESETS, LlamaGenConfig, LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen import LLAMAGEN_PRESETS, LlamaGenConfig, LlamaGenTransformer
 
 
 def tiny_config(**kw) -> LlamaGenConfig:

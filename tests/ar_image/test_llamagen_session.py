@@ -6,8 +6,8 @@ import pytest
 import torch
 from test_llamagen_model import random_model, tiny_config  # same folder (pytest rootdir import)
 
-from diffspec.ar_image.llamagen_session import LlamaGenTarget, prepare_caption
 from diffspec.ar_image.target import mix_cfg
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget, prepare_caption
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffspec.ar_image.llamagen_vq import VQConfig, VQModel
+from diffspec.ar_image.targets.llamagen_vq import VQConfig, VQModel
 
 
 def tiny_vq(seed: int = 0, **kw) -> VQModel:

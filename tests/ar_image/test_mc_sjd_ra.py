@@ -2,14 +2,14 @@
 
 import pytest
 import torch
-from ar_checks import check_cfg_forced_and_warpers, chi2_fit, toy_greedy_case
+from ar_checks import check_cfg_forced_and_warpers, chi2_fit, plant_stale_rows, toy_greedy_case
 from ar_stepping import tiny_llamagen_target
 
 from diffspec.ar_image.config import MCSJDRAConfig
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
 from diffspec.ar_image.residual import residual_gumbel, residual_sample, sibling_layout
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
 M = 100_000
@@ -70,10 +70,11 @@ def test_full_joint_law(window, width, depth, follow, init):
 
 
 @pytest.mark.parametrize("follow", [0, 3])
-def test_planted_bias_stale_rows_after_a_sibling_is_rejected(follow):
+def test_planted_bias_stale_rows_after_a_sibling_is_rejected(follow, monkeypatch):
     """Drawing the tokens after a picked sibling from the chain's rows (conditioned on the rejected draft)."""
     target = ToyTableTarget(seed=0)
-    tokens = ra(target, [1] * M, 16, 2, 3, follow, _stale_rows=True)
+    plant_stale_rows(monkeypatch)
+    tokens = ra(target, [1] * M, 16, 2, 3, follow)
     assert p_value(target, tokens) < 1e-8
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig, kmeans, nearest_code
+from diffspec.ar_image.targets.patch_vq import PatchVQ, PatchVQConfig, kmeans, nearest_code
 from diffspec.ar_image.token_stats import entropy_summary, per_token_entropy
 from diffspec.data import render_shapes
 

@@ -2,15 +2,15 @@
 
 import pytest
 import torch
-from ar_checks import check_cfg_forced_and_warpers, chi2_fit, toy_greedy_case
+from ar_checks import check_cfg_forced_and_warpers, chi2_fit, plant_no_residual, toy_greedy_case
 from ar_stepping import tiny_llamagen_target
 
 from diffspec.ar_image.config import SJDPACConfig, tokens_fed_per_call
 from diffspec.ar_image.jacobi import jacobi_sample
-from diffspec.ar_image.lantern_tree import StaticTree
 from diffspec.ar_image.pac import pac_layout, pac_sample
 from diffspec.ar_image.plain import plain_sample
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.tree import StaticTree
 from diffspec.stats import SpecStats
 
 M = 100_000
@@ -54,10 +54,11 @@ def test_full_joint_law(window, width, depth, init):
         assert stats.extra["alternative_hits"] > 0  # the alternatives were used, so the test covers them
 
 
-def test_planted_bias_no_residual_update_is_rejected():
+def test_planted_bias_no_residual_update_is_rejected(monkeypatch):
     """Testing every sibling against the same p (no residual update) over-emits: the test must see it."""
     target = ToyTableTarget(seed=0)
-    tokens = pac(target, [1] * M, 16, 4, 3, _no_residual=True)
+    plant_no_residual(monkeypatch)
+    tokens = pac(target, [1] * M, 16, 4, 3)
     assert p_value(target, tokens) < 1e-8
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from diffspec.ar_image.llamagen_session import LlamaGenTarget
-from diffspec.ar_image.patch_vq import PatchVQ
+from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
+from diffspec.ar_image.targets.patch_vq import PatchVQ
 from diffspec.data import render_shapes
 from diffspec.models import SHIPPED_MODELS, load_ar_target, resolve_model_path
 

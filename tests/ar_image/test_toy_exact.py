@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from ar_checks import chi2_fit
+from ar_checks import chi2_fit, plant_kept_old_q
 
 from diffspec.ar_image.jacobi import jacobi_sample
 from diffspec.ar_image.plain import plain_sample
-from diffspec.ar_image.toy import ToyTableTarget, sequence_codes
+from diffspec.ar_image.targets.toy import ToyTableTarget, sequence_codes
 from diffspec.stats import SpecStats
 
 M = 100_000
@@ -52,10 +52,10 @@ def test_full_joint_law(method, window):
 
 
 @pytest.mark.parametrize("init", ["uniform", "uniform-onehot", "repeat"])
-def test_planted_old_q_bookkeeping_is_rejected(init):
+def test_planted_old_q_bookkeeping_is_rejected(init, monkeypatch):
     """The official MC scheduler's kept-token old-q bookkeeping must fail the same test."""
     target = ToyTableTarget(seed=0)
-    tokens = run(target, ("maximal", init), [1] * M, _kept_old_q=True)
+    tokens = run(target, ("maximal", init), [1] * M, acceptance=plant_kept_old_q(monkeypatch))
     assert p_value(target, tokens) < 1e-8
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diffspec.ar_image.llamagen import LlamaGenTransformer
-from diffspec.ar_image.llamagen_config import LlamaGenConfig
-from diffspec.ar_image.patch_vq import PatchVQ, PatchVQConfig
+from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
+from diffspec.ar_image.targets.patch_vq import PatchVQ, PatchVQConfig
 from diffspec.bench import run_bench
 from diffspec.bench.ar_image import token_homogeneity
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffspec.ar_image.llamagen import LlamaGenTransformer
-from diffspec.ar_image.llamagen_config import LlamaGenConfig
+from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
+from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
 from diffspec.bench.official_ar_peers import (
     SCD_ENV,
     SJD_ENV,

@@ -11,8 +11,8 @@ import diffspec.schedulers.speculative as speculative
 from diffspec.bench.twosample import same_law
 from diffspec.comfyui import NODE_CLASS_MAPPINGS, SamplerStats, SpeculativeRun, SpeculativeSamplerNode
 from diffspec.comfyui.sampler import block_layout, sample_speculative
+from diffspec.kernels import Coupled, reflection_coupling
 from diffspec.schedulers.sigma import SigmaTransition
-from diffspec.speculation.coupling import CouplingResult, reflection_coupling
 
 VP_SIGMAS = torch.tensor([14.6, 8.0, 5.0, 3.0, 2.0, 1.2, 0.7, 0.4, 0.2, 0.1, 0.0])
 FLOW_SIGMAS = torch.linspace(1.0, 0.0, 11)
@@ -97,7 +97,7 @@ def test_vp_ddpm_is_euler_ancestral_at_eta_one():
 
 def _always_accept(draft, noise, draft_mean, target_mean, std, uniform):
     out = reflection_coupling(draft, noise, draft_mean, target_mean, std, uniform)
-    return CouplingResult(torch.ones_like(out.accepted), draft, out.log_ratio, out.delta)
+    return Coupled(torch.ones_like(out.accepted), draft, out.log_ratio, out.delta)
 
 
 @pytest.mark.parametrize("kind,flow", [("euler_ancestral", False), ("euler_ancestral", True), ("ddpm", True)])

@@ -138,3 +138,22 @@ def noisy(model, scale: float, seed: int = 0):
     drafter = copy.deepcopy(model)
     drafter.__class__ = type(f"Noisy{base.__name__}", (base,), {"forward": forward})
     return drafter
+
+
+def accept_without_residual(drafts, p_logits, q, generator=None, *, draft_logits=False):
+    """A planted bias in place of :func:`~diffspec.speculation.chain.sampling_accept` (same signature and draws):
+    the correction after a rejection is drawn from ``p`` itself instead of the residual ``(p - q)_+``."""
+    from diffspec import kernels
+
+    B, k = drafts.shape
+    u = torch.rand((B, k), generator=generator, device=drafts.device)
+    u_res = torch.rand((B, k + 1), generator=generator, device=drafts.device)
+    q = torch.softmax(q.float(), dim=-1) if draft_logits else q
+    p = torch.softmax(p_logits.float(), dim=-1)
+    p_d = p[:, :k].gather(2, drafts[..., None])[..., 0]
+    q_d = q.float().gather(2, drafts[..., None])[..., 0]
+    m = (u * q_d < p_d).long().cumprod(1).sum(1)
+    p_m = p.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
+    correction = kernels.inverse_cdf(p_m, u_res.gather(1, m[:, None])[:, 0])
+    tokens = torch.cat([drafts, correction[:, None]], dim=1).scatter(1, m[:, None], correction[:, None])
+    return m, tokens

@@ -8,7 +8,7 @@ from mm_tiny import SPECIAL, llama, noisy, qwen2_vl, qwen_inputs, text_prompts
 
 from diffspec import SpeculativePipeline, methods
 from diffspec.multimodal.config import DraftConfig, TextDraftConfig
-from diffspec.multimodal.pipeline import MultimodalOutput, MultimodalPipeline
+from diffspec.pipelines.multimodal import MultimodalOutput, MultimodalPipeline
 
 
 def test_registry_entries_available():

@@ -10,7 +10,7 @@ from speech_tiny import musicgen
 from diffspec import SpeculativePipeline, methods
 from diffspec.multimodal.codec import codec_generate
 from diffspec.multimodal.codec_config import RelaxedCodecConfig
-from diffspec.multimodal.codec_pipeline import CodecOutput, CodecPipeline, token_disagreement
+from diffspec.pipelines.codec import CodecOutput, CodecPipeline, token_disagreement
 from diffspec.stats import SpecStats
 
 K, PAD, NEW = 4, 32, 16

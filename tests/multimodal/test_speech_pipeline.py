@@ -9,7 +9,7 @@ from speech_tiny import TIMESTAMPS, whisper, whisper_causal_drafter, whisper_pro
 
 from diffspec import SpeculativePipeline
 from diffspec.multimodal.loading import load_model, register_loader
-from diffspec.multimodal.pipeline import MultimodalPipeline
+from diffspec.pipelines.multimodal import MultimodalPipeline
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mm_tiny import chi2_fit, noisy
+from mm_tiny import accept_without_residual, chi2_fit, noisy
 from speech_tiny import TIMESTAMPS, features, whisper, whisper_causal_drafter, whisper_shared_encoder
 
 import diffspec.multimodal.loop as loop
-from diffspec.multimodal.accept import sampling_accept
 from diffspec.multimodal.loop import speculative_generate
 from diffspec.multimodal.seq2seq import record_encoder_inputs
 from diffspec.stats import SpecStats
@@ -154,6 +153,6 @@ def test_sampling_law_matches_target(sampling_pair):
 
 def test_sampling_planted_bias_is_detected(sampling_pair, monkeypatch):
     target, drafter, feats = sampling_pair
-    monkeypatch.setattr(loop, "sampling_accept", lambda *a, **k: sampling_accept(*a, **k, residual=False))
+    monkeypatch.setattr(loop, "sampling_accept", accept_without_residual)
     cells, _ = _sample(target, drafter, feats)
     assert chi2_fit(cells, _exact_pair_law(target, feats))[2] < 1e-4

@@ -6,7 +6,7 @@ import diffspec
 from diffspec import SpeculativePipeline
 from diffspec.ar_image.config import MCSJDConfig, SJDConfig
 from diffspec.ar_image.plain import ARImageOutput
-from diffspec.ar_image.toy import ToyTableTarget
+from diffspec.ar_image.targets.toy import ToyTableTarget
 from diffspec.pipelines.ar_image import ARImagePipeline
 
 

@@ -8,7 +8,7 @@ import torch
 from diffusers import DDPMScheduler
 
 from diffspec import SpeculativePipeline
-from diffspec.ar_image.toy import ToyTableTarget
+from diffspec.ar_image.targets.toy import ToyTableTarget
 from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,7 +6,8 @@ import pytest
 import torch
 from scipy import stats
 
-from diffspec.speculation.coupling import acceptance_probability, first_rejections, reflection_coupling
+from diffspec.kernels import reflection_coupling
+from diffspec.speculation.coupling import acceptance_probability, first_rejections
 
 
 def _couple(d: int, delta: float, n: int, seed: int, s: float = 0.7):

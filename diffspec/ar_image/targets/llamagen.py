@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from diffspec.ar_image.llamagen_config import (
+from diffspec.ar_image.targets.llamagen_config import (
     CAPTION_NULL_TOKENS,
     LLAMAGEN_PRESETS,
     LlamaGenConfig,
@@ -311,7 +311,7 @@ class LlamaGenTransformer(nn.Module):
 
     def save_pretrained(self, save_directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (official key names)."""
-        from diffspec.ar_image.llamagen_load import save_folder
+        from diffspec.ar_image.targets.llamagen_load import save_folder
 
         save_folder(self, self.config.to_dict(), save_directory)
 
@@ -320,6 +320,6 @@ class LlamaGenTransformer(nn.Module):
         cls, directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
     ) -> LlamaGenTransformer:
         """Load a :meth:`save_pretrained` folder (strict: every key must match); returns ``eval()`` mode."""
-        from diffspec.ar_image.llamagen_load import load_folder
+        from diffspec.ar_image.targets.llamagen_load import load_folder
 
         return load_folder(cls, LlamaGenConfig, directory, device=device, dtype=dtype)

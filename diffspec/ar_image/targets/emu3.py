@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from ..target import ARImageTarget
 from .hf_session import HFImageSession
-from .target import ARImageTarget
 
 
 def _left_pad(rows: list[tuple[torch.Tensor, torch.Tensor]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +60,7 @@ class Emu3Target(ARImageTarget):
         mapping = getattr(model, "vocabulary_mapping", None)
         if mapping is None or not hasattr(model, "lm_head"):
             raise ValueError(f"Emu3Target needs a transformers Emu3ForConditionalGeneration; got {type(model).__name__}")
-        from ..config import check_int
+        from ...config import check_int
 
         check_int("height", height, 1)
         check_int("width", width, 1)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from .target import CFG_SPACES, ARSession, mix_cfg
+from ..target import CFG_SPACES, ARSession, mix_cfg
 
 Embed = Callable[[torch.Tensor], torch.Tensor]
 """``(R, T)`` image tokens → ``(R, T, hidden)`` input embeddings of the decoder."""
@@ -53,7 +53,7 @@ class HFImageSession(ARSession):
                  cfg_space: str = "logits", constrain: Constrain | None = None) -> None:
         from transformers import DynamicCache
 
-        from ..config import check_choice
+        from ...config import check_choice
 
         check_choice("cfg_space", cfg_space, CFG_SPACES)
         rows = prompt_embeds.shape[0]

@@ -1,4 +1,4 @@
-"""Acceptance rules of the exact draft/verify loop, pure tensor functions (no loops over rows).
+"""Acceptance of a chain of ``k`` drafts (rules A1, A2), pure tensor functions (no loops over rows).
 
 Inputs: drafts ``d`` (B, k), processed target scores ``p_logits`` (B, k+1, V) and, for sampling,
 the processed draft distributions ``q`` (B, k, V). Outputs: the accepted count ``m`` (B,) and
@@ -42,8 +42,8 @@ def greedy_accept(drafts: torch.Tensor, p_logits: torch.Tensor) -> tuple[torch.T
 
 
 def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tensor,
-                    generator: torch.Generator | None = None, *, residual: bool = True,
-                    draft_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                    generator: torch.Generator | None = None, *, draft_logits: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative rejection sampling (Leviathan et al., Alg. 1), exact in law (A2).
 
     Draft ``i`` is accepted if ``u_i < p_i(d_i) / q_i(d_i)`` with fresh uniforms; at the first
@@ -58,8 +58,6 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
             ``draft_logits=True`` the processed draft scores they were sampled from (softmax taken
             in the kernel: the loop passes these, no second ``(B, k, V)`` probability tensor).
         generator: RNG of the uniforms and the correction draw.
-        residual: False draws the correction from ``p`` instead of the residual (a planted bias,
-            used by the tests to show the chi-square check detects it).
 
     Returns:
         ``(m, tokens)`` as :func:`greedy_accept`.
@@ -67,13 +65,4 @@ def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tenso
     B, k = drafts.shape
     u = torch.rand((B, k), generator=generator, device=drafts.device)
     u_res = torch.rand((B, k + 1), generator=generator, device=drafts.device)
-    if residual:
-        return kernels.speculative_accept(p_logits, drafts, q, u, u_res, draft_logits=draft_logits)
-    q = torch.softmax(q.float(), dim=-1) if draft_logits else q
-    p = torch.softmax(p_logits.float(), dim=-1)  # planted bias: the correction drawn from p itself
-    p_d = p[:, :k].gather(2, drafts[..., None])[..., 0]
-    q_d = q.float().gather(2, drafts[..., None])[..., 0]
-    m = (u * q_d < p_d).long().cumprod(1).sum(1)
-    p_m = p.gather(1, m[:, None, None].expand(B, 1, p.shape[-1]))[:, 0]
-    correction = kernels.inverse_cdf(p_m, u_res.gather(1, m[:, None])[:, 0])
-    return m, _emit(drafts, m, correction)
+    return kernels.speculative_accept(p_logits, drafts, q, u, u_res, draft_logits=draft_logits)

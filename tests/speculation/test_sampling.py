@@ -1,8 +1,22 @@
+import sys
+from pathlib import Path
+
 import pytest
 import torch
-from ar_checks import chi2_fit
 
-from diffspec.ar_image.sampling import GumbelTable, force, gumbel, gumbel_argmax, mrs, sample, uniform, warp
+from diffspec.speculation.sampling import (
+    GumbelTable,
+    force,
+    gumbel,
+    gumbel_argmax,
+    mrs,
+    sample,
+    uniform,
+    warp,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ar_image"))
+from ar_checks import chi2_fit  # noqa: E402  (shared test statistics)
 
 M = 200_000
 

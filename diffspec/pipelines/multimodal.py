@@ -16,12 +16,12 @@ import torch
 
 from ..api import SpeculativePipeline
 from ..config import MethodConfig
+from ..multimodal.config import DraftConfig
+from ..multimodal.loop import speculative_generate
+from ..multimodal.self_config import SelfDraftConfig
+from ..multimodal.seq2seq import check_speech_options, is_seq2seq, record_encoder_inputs
+from ..multimodal.strategies import strategy_for
 from ..stats import SpecStats
-from .config import DraftConfig
-from .loop import speculative_generate
-from .self_config import SelfDraftConfig
-from .seq2seq import check_speech_options, is_seq2seq, record_encoder_inputs
-from .strategies import strategy_for
 
 SUPPORTED = ("transformers generative models (GenerationMixin, DynamicCache): causal LMs such as Llama/Qwen2, "
              "LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, Qwen2-VL / Qwen2.5-VL (image and video), "
@@ -39,13 +39,13 @@ class MultimodalOutput:
     spec_stats: SpecStats | None = None
 
 
-def _split_target(target: Any) -> tuple[Any, Any]:
+def split_target(target: Any) -> tuple[Any, Any]:
     if isinstance(target, (tuple, list)) and len(target) == 2:
         return target[0], target[1]
     return target, None
 
 
-def _check_generative(model: Any, role: str, method: str) -> None:
+def check_generative(model: Any, role: str, method: str) -> None:
     can = getattr(model, "can_generate", None)
     if not callable(can) or not can():
         raise ValueError(f"method {method!r}: the {role} {type(model).__name__} is not supported; supported: "
@@ -89,8 +89,8 @@ class MultimodalPipeline(SpeculativePipeline):
         if not isinstance(config, DraftConfig):
             raise ValueError(f"{type(config).__name__} is not a multimodal draft config (DraftConfig, TextDraftConfig, "
                              "CompressedDraftConfig, SelfDraftConfig)")
-        model, processor = _split_target(target)
-        _check_generative(model, "target", config.method)
+        model, processor = split_target(target)
+        check_generative(model, "target", config.method)
         if isinstance(config, SelfDraftConfig):
             if draft is not None:
                 raise ValueError("method 'self-draft' drafts with the target itself: do not pass draft=")
@@ -98,7 +98,7 @@ class MultimodalPipeline(SpeculativePipeline):
         if draft is None:
             raise ValueError(f"method {config.method!r} needs draft=<drafter model>: a smaller transformers model "
                              "with the target's tokenizer (a VLM or a text-only LM)")
-        _check_generative(draft, "drafter", config.method)
+        check_generative(draft, "drafter", config.method)
         return cls(model, config, draft, processor)
 
     def enable(self) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .sampling import force, warp
-from .target import ARImageTarget, ARSession
+from ...speculation.sampling import force, warp
+from ..target import ARImageTarget, ARSession
 
 
 class ToyTableTarget(ARImageTarget):
@@ -134,7 +134,7 @@ class ToySession(ARSession):
     def step_tree(self, last: torch.Tensor, start: torch.Tensor, nodes: torch.Tensor, depth: torch.Tensor,
                   ancestors: torch.Tensor) -> torch.Tensor:
         """Verify a token tree in one call, with :meth:`LlamaGenSession.step_tree
-        <diffspec.ar_image.llamagen_session.LlamaGenSession.step_tree>`'s semantics: ``last`` ``(B,)``
+        <diffspec.ar_image.targets.llamagen_session.LlamaGenSession.step_tree>`'s semantics: ``last`` ``(B,)``
         is written at ``start``; node ``j`` is image token ``start + depth[j]`` whose context is its
         ancestors (parent = the ancestor one level up). Returns ``(B, 1 + M, V)`` logits (row 0:
         token ``start + 1``; row ``1 + j``: node ``j``'s child position)."""

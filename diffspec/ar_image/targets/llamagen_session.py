@@ -8,7 +8,7 @@ cropped, so feeding a row again from an earlier position is its rollback and row
 One extra slot past the image end absorbs writes of tokens fed beyond the last image position.
 
 Example:
-    >>> from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
+    >>> from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
     >>> cfg = LlamaGenConfig(dim=32, n_layer=1, n_head=2, vocab_size=8, num_classes=3, block_size=4)
     >>> target = LlamaGenTarget(LlamaGenTransformer(cfg).eval())
     >>> session = target.start(class_labels=[0, 2], guidance_scale=2.0)
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import torch
 
-from diffspec.ar_image.llamagen import LlamaGenTransformer
 from diffspec.ar_image.target import ARImageTarget, ARSession, mix_cfg
+from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
 
 
 class TokenDecoder(Protocol):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import torch
-from mm_tiny import chi2_fit
 
-from diffspec.multimodal.accept import greedy_accept, sampling_accept
+from diffspec.speculation.chain import greedy_accept, sampling_accept
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
+from mm_tiny import accept_without_residual, chi2_fit  # noqa: E402  (shared test helpers)
 
 
 def test_greedy_prefix_and_bonus():
@@ -26,7 +30,8 @@ def _first_token_law(residual: bool, n: int = 40_000, seed: int = 0):
     p_logits = torch.randn(1, k + 1, V, generator=g).mul(1.5).expand(n, k + 1, V)
     q = torch.softmax(torch.randn(1, k, V, generator=g).mul(1.5), -1).expand(n, k, V)
     drafts = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(n, k)
-    m, tokens = sampling_accept(drafts, p_logits, q, g, residual=residual)
+    accept = sampling_accept if residual else accept_without_residual  # the planted bias: no residual
+    m, tokens = accept(drafts, p_logits, q, g)
     first = tokens[:, 0]
     second = tokens[torch.arange(n), 1][m >= 1]  # the second token where the first was a draft
     return first, torch.softmax(p_logits[0, 0], -1), second, torch.softmax(p_logits[0, 1], -1), m

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from ..config import MethodConfig
+from ..multimodal.codec import codec_generate
+from ..multimodal.codec_config import RelaxedCodecConfig
 from ..stats import SpecStats
-from .codec import codec_generate
-from .codec_config import RelaxedCodecConfig
-from .pipeline import MultimodalPipeline, _split_target
+from .multimodal import MultimodalPipeline, split_target
 
 CODEC_SUPPORTED = ("MusicgenForCausalLM (a MusicGen decoder: unconditional, an audio-code prompt, or given "
                    "encoder_hidden_states; for MusicgenForConditionalGeneration wrap model.decoder and pass "
@@ -68,7 +68,7 @@ class CodecPipeline(MultimodalPipeline):
     def wrap(cls, target: Any, config: MethodConfig, draft: Any = None) -> CodecPipeline:
         if not isinstance(config, RelaxedCodecConfig):
             raise ValueError(f"{type(config).__name__} is not a RelaxedCodecConfig")
-        model, processor = _split_target(target)
+        model, processor = split_target(target)
         if not _is_codec_lm(model):
             raise ValueError(f"method 'relaxed-codec': the target {type(model).__name__} is not supported; "
                              f"supported: {CODEC_SUPPORTED}")

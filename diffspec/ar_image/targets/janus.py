@@ -5,7 +5,7 @@ generation_mode="image")``): the prompt batch is doubled for classifier-free gui
 unconditional half keeps only BOS and the begin-of-image token, the rest becomes padding), image
 logits come from ``generation_head`` and the next input from ``generation_embeddings`` +
 ``generation_aligner``. :class:`JanusTarget` reproduces that loop's conditioning exactly and hands
-it to diffspec's methods through :class:`~diffspec.ar_image.hf_session.HFImageSession`, so greedy
+it to diffspec's methods through :class:`~diffspec.ar_image.targets.hf_session.HFImageSession`, so greedy
 decoding matches ``model.generate(..., do_sample=False)`` token for token.
 
 Example:
@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from ..target import ARImageTarget
 from .hf_session import HFImageSession
-from .target import ARImageTarget
 
 
 class JanusTarget(ARImageTarget):

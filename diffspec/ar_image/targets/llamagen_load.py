@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
-from diffspec.ar_image.llamagen_config import config_from_dict
+from diffspec.ar_image.targets.llamagen_config import config_from_dict
 
 if TYPE_CHECKING:
-    from diffspec.ar_image.llamagen_session import LlamaGenTarget
+    from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -177,9 +177,9 @@ def load_llamagen(
         >>> target.grid  # doctest: +SKIP
         (24, 24)
     """
-    from diffspec.ar_image.llamagen import LlamaGenConfig, LlamaGenTransformer
-    from diffspec.ar_image.llamagen_session import LlamaGenTarget
-    from diffspec.ar_image.llamagen_vq import VQConfig, VQModel
+    from diffspec.ar_image.targets.llamagen import LlamaGenConfig, LlamaGenTransformer
+    from diffspec.ar_image.targets.llamagen_session import LlamaGenTarget
+    from diffspec.ar_image.targets.llamagen_vq import VQConfig, VQModel
 
     vq = None
     if vq_checkpoint is not None and Path(vq_checkpoint).is_dir():

@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from ..config import MethodConfig
+from ..multimodal.action_config import RelaxedActionConfig
+from ..multimodal.action_draft import kalman_draft, previous_draft
+from ..multimodal.action_loop import relaxed_action_generate
+from ..multimodal.action_map import ActionTokenMap
 from ..stats import SpecStats
-from .action_config import RelaxedActionConfig
-from .action_draft import kalman_draft, previous_draft
-from .action_loop import relaxed_action_generate
-from .action_map import ActionTokenMap
-from .pipeline import MultimodalPipeline, _check_generative, _split_target
+from .multimodal import MultimodalPipeline, check_generative, split_target
 
 
 @dataclass
@@ -76,8 +76,8 @@ class ActionPipeline(MultimodalPipeline):
              action_map: ActionTokenMap | None = None) -> ActionPipeline:
         if not isinstance(config, RelaxedActionConfig):
             raise ValueError(f"{type(config).__name__} is not a RelaxedActionConfig")
-        model, processor = _split_target(target)
-        _check_generative(model, "target", config.method)
+        model, processor = split_target(target)
+        check_generative(model, "target", config.method)
         if action_map is None:
             action_map = ActionTokenMap.for_model(model, n_bins=config.n_bins, n_dof=config.n_dof)
         elif not isinstance(action_map, ActionTokenMap):
@@ -87,7 +87,7 @@ class ActionPipeline(MultimodalPipeline):
         if config.draft_source == "model":
             if draft is None:
                 raise ValueError("draft_source='model' needs draft=<drafter model> with the target's action ids")
-            _check_generative(draft, "drafter", config.method)
+            check_generative(draft, "drafter", config.method)
         return cls(model, config, action_map, draft, processor)
 
     def reset_episode(self) -> None:

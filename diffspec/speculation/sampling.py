@@ -1,4 +1,4 @@
-"""Token sampling primitives for AR image methods: warpers, draws, modified rejection sampling.
+"""Token sampling primitives of the speculative samplers: warpers, draws, modified rejection sampling.
 
 Everything works on probability tensors ``(..., V)`` in fp32 and is vectorised over every
 leading dimension (batch rows, window positions). Randomness comes from :func:`uniform`, which
@@ -11,6 +11,8 @@ depend on the rest of the batch.
 - :func:`mrs`: modified rejection sampling of a draft ``x ~ q`` against ``p`` at every position
   at once: accept with ``min(1, p(x)/q(x))``, else draw from ``(p - q)_+`` normalised (``p`` if that
   mass is 0). The output is distributed as ``p`` for any ``q``; the residual is never re-warped.
+- :func:`residual_law`: that residual law itself, the target of the next test after a rejection
+  (recursive rejection sampling over the siblings of a token tree).
 - :class:`GumbelTable`: one Gumbel vector per absolute image position, fixed while the position is
   in flight, for Gumbel-sharing drafts ``argmax(log p + g)``.
 
@@ -168,6 +170,19 @@ def exact_twin(res: MRSResult, p: torch.Tensor, q: torch.Tensor, draft: torch.Te
     """``res`` (a relaxed rule's outcome on ``uniforms``) with ``exact_tokens``: :func:`mrs` of ``draft`` against ``p``
     on the same uniforms, so where the rule's test is the exact one both agree bit for bit."""
     return MRSResult(res.accepted, res.tokens, res.relaxation, mrs(p, q, draft, None, uniforms=uniforms).tokens)
+
+
+def residual_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``(p - q)_+`` normalised, or ``p`` where that has no mass: the law a draft from ``q`` rejected against ``p`` is
+    replaced from (a sibling tested next is tested against it).
+
+    Example:
+        >>> residual_law(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]])).tolist()
+        [[0.0, 1.0, 0.0]]
+    """
+    res = (p - q).clamp_min(0)
+    mass = res.sum(-1, keepdim=True)
+    return torch.where(mass > 0, res / mass.clamp_min(torch.finfo(res.dtype).tiny), p)
 
 
 def acceptance_prob(p_mass: torch.Tensor, q_mass: torch.Tensor) -> torch.Tensor:

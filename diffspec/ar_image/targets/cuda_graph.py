@@ -5,7 +5,7 @@ tokens to 2 rows keeps an H200 busy about 9 ms of its 40), which flatters any me
 call; a tuned deployment removes the launches with CUDA graphs, so a fair GPU baseline replays graphs too.
 :class:`GraphedStep` captures
 ``session.step`` once per ``(tokens shape, start shape)`` and replays it: the static KV cache of
-:class:`~diffspec.ar_image.llamagen_session.LlamaGenSession` is written in place at slots computed from ``start``,
+:class:`~diffspec.ar_image.targets.llamagen_session.LlamaGenSession` is written in place at slots computed from ``start``,
 so one graph serves every round of a Jacobi window (``K = L + 1`` fixed) and every plain step (``K = 1``).
 
 Requirements of the wrapped ``step``: no host syncs, no new device memory that outlives the call except its
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..config import check_int
+from ...config import check_int
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

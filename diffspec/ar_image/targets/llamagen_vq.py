@@ -283,7 +283,7 @@ class VQModel(nn.Module):
 
     def save_pretrained(self, save_directory: str | Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (official key names)."""
-        from diffspec.ar_image.llamagen_load import save_folder
+        from diffspec.ar_image.targets.llamagen_load import save_folder
 
         save_folder(self, dataclasses.asdict(self.config), save_directory)
 
@@ -292,6 +292,6 @@ class VQModel(nn.Module):
         cls, directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
     ) -> VQModel:
         """Load a :meth:`save_pretrained` folder (strict); returns ``eval()`` mode."""
-        from diffspec.ar_image.llamagen_load import load_folder
+        from diffspec.ar_image.targets.llamagen_load import load_folder
 
         return load_folder(cls, VQConfig, directory, device=device, dtype=dtype)
