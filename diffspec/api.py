@@ -126,21 +126,48 @@ def target_family(target: Any) -> str | None:
     return None
 
 
-def resolve_config(method: str | MethodConfig, overrides: dict[str, Any]) -> tuple[MethodInfo, MethodConfig]:
-    """Turn a method name or config (plus overrides) into its registry entry and a validated config."""
+def method_info(method: str | MethodConfig) -> MethodInfo:
+    """The registry entry of a method name or config.
+
+    Raises:
+        ValueError: an unknown name (listing the available methods).
+    """
     if isinstance(method, MethodConfig):
-        info = _REGISTRY[type(method).method]
-        return info, method.replace(**overrides) if overrides else method
+        return _REGISTRY[type(method).method]
     if not isinstance(method, str) or method not in _REGISTRY:
         names = ", ".join(m.name for m in methods(available_only=True))
         raise ValueError(f"unknown method {method!r}; available methods: {names} (see diffspec.methods())")
-    info = _REGISTRY[method]
+    return _REGISTRY[method]
+
+
+def resolve_config(method: str | MethodConfig, overrides: dict[str, Any]) -> tuple[MethodInfo, MethodConfig]:
+    """Turn a method name or config (plus overrides) into its registry entry and a validated config."""
+    info = method_info(method)
+    if isinstance(method, MethodConfig):
+        return info, method.replace(**overrides) if overrides else method
     if info.config_class is None:
         raise ValueError(
             f"method {method!r} ({info.family}) is planned but not implemented yet; available: "
             f"{', '.join(m.name for m in methods(available_only=True))}"
         )
     return info, info.config_class().replace(**overrides)
+
+
+def _check_family(method: str | MethodConfig, family: str, target: str, wrap_hint: bool = False) -> MethodInfo:
+    """The registry entry of ``method``.
+
+    Raises:
+        ValueError: an unknown method, or one of another family than ``family``; ``target`` says what the target
+            is (``wrap_hint``: how to wrap AR image generators, for objects given to ``from_pipe``).
+    """
+    info = method_info(method)
+    if info.family != family:
+        raise ValueError(
+            f"method {info.name!r} is a {info.family} method but {target}; methods for it: "
+            f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
+            + (_AR_WRAP_HINT if wrap_hint and info.family == "ar_image" else "")
+        )
+    return info
 
 
 class SpeculativePipeline:
@@ -191,21 +218,14 @@ class SpeculativePipeline:
                 "generative models (LMs, LLaVA, Qwen2-VL), optionally as (model, processor), for "
                 f"{', '.join(m.name for m in methods('multimodal', available_only=True))}"
             )
-        name = method.method if isinstance(method, MethodConfig) else method
-        info = _REGISTRY.get(name) if isinstance(name, str) else None
-        if info is not None and info.family != family:
-            raise ValueError(
-                f"method {name!r} is a {info.family} method but the target is a {family} target "
-                f"({type(target).__name__}); methods for it: "
-                f"{', '.join(m.name for m in methods(family, available_only=True)) or 'none yet'}"
-                + (_AR_WRAP_HINT if info.family == "ar_image" else "")
-            )
+        info = _check_family(method, family, f"the target is a {family} target ({type(target).__name__})",
+                             wrap_hint=True)
         if family == "diffusion":
             check_unclaimed(target)
         # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
-        drafter = info is not None and info.family == "multimodal" and "draft" in overrides
+        drafter = info.family == "multimodal" and "draft" in overrides
         extra = {"draft": overrides.pop("draft")} if drafter else {}
-        if info is not None and info.pipeline is not None:  # other objects an implementation takes (action_map=)
+        if info.pipeline is not None:  # other objects an implementation takes (action_map=)
             module, _, cls_name = info.pipeline.partition(":")
             names = getattr(getattr(importlib.import_module(module), cls_name), "object_kwargs", ())
             extra.update({k: overrides.pop(k) for k in names if k != "draft" and k in overrides})
@@ -230,15 +250,30 @@ class SpeculativePipeline:
         is read for ``relaxed-action``) or a shipped name (``"tiny-dit"``, ``"tiny-ar"``,
         ``"tiny-vla"``) and wrap it.
 
+        Raises:
+            ValueError: as :meth:`from_pipe`; an unknown method, or one of another family than the folder's model
+                (read from its JSON files), before any weight is loaded.
+
         Example:
             >>> spec = SpeculativePipeline.from_pretrained("tiny-dit", method="taylor")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("tiny-ar", method="mc-sjd")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("ckpt/whisper", method="draft", draft="ckpt/small")  # doctest: +SKIP
             >>> spec = SpeculativePipeline.from_pretrained("tiny-vla", method="relaxed-action", tolerance=5)  # doctest: +SKIP
         """
-        from .models import is_ar_model_folder, load_ar_target, load_pipeline, resolve_model_path
+        from .models import (
+            is_ar_model_folder,
+            load_ar_target,
+            load_pipeline,
+            model_family,
+            resolve_model_path,
+        )
 
         folder = resolve_model_path(path)
+        family = model_family(folder)  # from the folder's JSON files: a method of another family loads nothing
+        if family is not None:
+            _check_family(method, family, f"{str(path)!r} holds a {family} model")
+        else:
+            method_info(method)  # an unknown method, before loading
         if is_ar_model_folder(folder):
             return cls.from_pipe(load_ar_target(path, dtype=dtype, device=device), method, **overrides)
         from .multimodal.loading import is_transformers_folder, load_model, load_target

@@ -16,112 +16,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from .batch.items import MAX_SIDE, shorten, source_lines
+from .batch.items import MAX_SIDE, source_lines
+from .cli_args import (
+    DTYPES,
+    Parser,
+    UsageError,
+    diffusion_methods_help,
+    finite,
+    non_negative,
+    parse_overrides,
+    pixels,
+    positive,
+    positive_list,
+    resolve_device,
+    step_counts,
+)
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-DTYPES = ("float32", "float16", "bfloat16")
 MAX_MESSAGE = 600
 """Characters of an error message printed (the values in it are cut shorter where they are made)."""
-
-
-class UsageError(Exception):
-    """Bad command-line input: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["interval=4", "form=taylor"]`` → ``{"interval": 4, "form": "taylor"}`` (ints, floats, bools parsed)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set expects KEY=VALUE, got {pair!r}")
-        value: Any = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        else:
-            for cast in (int, float):
-                try:
-                    value = cast(raw)
-                    break
-                except ValueError:
-                    continue
-        out[key] = value
-    return out
-
-
-def _step_counts(text: str) -> int | list[int]:
-    """``"100"`` -> 100; ``"50,100,250"`` -> a sweep (exact-diffusion)."""
-    values = _positive_list(text)
-    return values[0] if len(values) == 1 else values
-
-
-def _positive_list(text: str) -> list[int]:
-    """``"12,18"`` -> ``[12, 18]`` (each >= 1)."""
-    return [_positive(v) for v in text.split(",") if v.strip()]
-
-
-def _positive(text: str) -> int:
-    return _integer(text, 1)
-
-
-def _side(text: str) -> int:
-    """An image side in pixels: 1 to ``MAX_SIDE``."""
-    return _integer(text, 1, MAX_SIDE)
-
-
-def _integer(text: str, lo: int, hi: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
-    if value < lo or (hi is not None and value > hi):
-        allowed = f">= {lo}" if hi is None else f"{lo} to {hi}"
-        raise argparse.ArgumentTypeError(f"{value} is out of range; must be {allowed}")
-    return value
-
-
-def _finite(text: str) -> float:
-    """A finite number (``nan`` and ``inf`` are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a finite number")
-    return value
-
-
-def _device(name: str | None) -> str:
-    import torch
-
-    if name is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    return name
 
 
 # ---------------------------------------------------------------------------------------------- generate
 def cmd_generate(args: argparse.Namespace) -> int:
     from .batch.command import run_generate
 
-    return run_generate(args, parse_overrides(args.set), _device(args.device))
+    return run_generate(args, parse_overrides(args.set), resolve_device(args.device))
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -147,9 +73,9 @@ def _text_workload(args: argparse.Namespace) -> dict[str, Any]:
 def _add_text_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-file", type=Path, default=None,
                         help="text-conditioned pipeline folders: prompts, one per line (default: eight built-in ones)")
-    parser.add_argument("--height", type=_positive, default=None, help="text-conditioned pipeline folders: height")
-    parser.add_argument("--width", type=_positive, default=None, help="text-conditioned pipeline folders: width")
-    parser.add_argument("--num-frames", type=_positive, default=None, help="video pipeline folders: frames")
+    parser.add_argument("--height", type=positive, default=None, help="text-conditioned pipeline folders: height")
+    parser.add_argument("--width", type=positive, default=None, help="text-conditioned pipeline folders: width")
+    parser.add_argument("--num-frames", type=positive, default=None, help="video pipeline folders: frames")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -157,7 +83,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench.report import headline, markdown_table
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
-    device = _device(args.device)
+    device = resolve_device(args.device)
     model = {"model": args.model} if args.model else {}  # each suite has its own default model
     if args.compile is not None and args.suite not in ("exact-diffusion", "dit-cache"):
         raise UsageError(f"--compile applies to the exact-diffusion and dit-cache suites, not {args.suite!r}")
@@ -171,7 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     allow_cpu=args.allow_cpu, **({"images": args.images} if args.images else {}),
                     **({"budget_evals": args.budget_evals} if args.budget_evals else {}),
                     **({"compile": args.compile} if args.compile is not None else {}),
-                    **({"quality_steps": _step_counts(args.quality_steps)} if args.quality_steps else {}), **text)
+                    **({"quality_steps": step_counts(args.quality_steps)} if args.quality_steps else {}), **text)
     print(headline(doc))
     print(markdown_table(doc))
     if args.out:
@@ -184,7 +110,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .bench.calibrate import calibrate_model
 
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
-                                   device=_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
+                                   device=resolve_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
                                    out=args.out, overrides=parse_overrides(args.set),
                                    schedules=args.schedules,
                                    schedule_granularities=args.schedule_granularities.split(","),
@@ -205,7 +131,7 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     from .ar_image.drafter_train import train_drafter
     from .models import load_ar_target
 
-    target = load_ar_target(args.model, device=_device(args.device))
+    target = load_ar_target(args.model, device=resolve_device(args.device))
     record = train_drafter(target, args.out, samples=args.samples, epochs=args.epochs, batch=args.batch_size,
                            lr=args.lr, seed=args.seed)
     print(f"drafter trained in {record['total_s']} s: final loss {record['history'][-1]['loss']}, "
@@ -214,43 +140,11 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- info
-def info() -> dict[str, Any]:
-    """Versions, devices, shipped models and methods (what ``diffspec info`` prints)."""
-    import platform
-
-    import diffusers
-    import torch
-    import transformers
-
-    from . import __version__
-    from .api import methods
-    from .models import SHIPPED_MODELS
-
-    devices = ["cpu"] + [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]
-    return {
-        "diffspec": __version__, "python": platform.python_version(), "torch": torch.__version__,
-        "diffusers": diffusers.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda,
-        "devices": devices,
-        "models": {name: str(path) + ("" if path.is_dir() else " (missing)") for name, path in SHIPPED_MODELS.items()},
-        "methods": [{"name": m.name, "family": m.family, "kind": "exact" if m.exact else "relaxed",
-                     "status": m.status} for m in methods()],
-    }
-
-
 def cmd_info(args: argparse.Namespace) -> int:
+    from .cli_info import format_info, info
+
     data = info()
-    if args.json:
-        print(json.dumps(data, indent=2))
-        return 0
-    for key in ("diffspec", "python", "torch", "diffusers", "transformers", "cuda"):
-        print(f"{key:13} {data[key]}")
-    print(f"{'devices':13} {', '.join(data['devices'])}")
-    print("models:")
-    for name, path in data["models"].items():
-        print(f"  {name:11} {path}")
-    print("methods:")
-    for m in data["methods"]:
-        print(f"  {m['name']:18} {m['family']:10} {m['kind']:8} {m['status']}")
+    print(json.dumps(data, indent=2) if args.json else format_info(data))
     return 0
 
 
@@ -258,10 +152,25 @@ def cmd_info(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(prog="diffspec", description="Speculative and forecast acceleration for diffusers.")
+    parser = Parser(prog="diffspec", description="Speculative and forecast acceleration for diffusers.")
     parser.add_argument("--version", action="version", version=f"diffspec {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
+    _add_generate(sub)
+    merge = sub.add_parser("merge", help="combine the per-rank manifests of a generate folder into manifest.jsonl")
+    merge.add_argument("out", type=Path, help="the --out folder of `diffspec generate`")
+    merge.add_argument("--verify", action="store_true", help="re-hash every file against its sha256")
+    merge.set_defaults(func=cmd_merge)
+    _add_bench(sub)
+    _add_calibrate(sub)
+    _add_train_drafter(sub)
+    inf = sub.add_parser("info", help="versions, devices, shipped models (their classes) and methods")
+    inf.add_argument("--json", action="store_true", help="print the same as JSON (with each model's path)")
+    inf.set_defaults(func=cmd_info)
+    return parser
+
+
+def _add_generate(sub: Any) -> None:
     gen = sub.add_parser("generate", help="generate a batch of images or videos into a folder, resumably",
                          description="Items come from --prompt-file (one prompt per line, or JSONL objects "
                          "with id, prompt|class_label, negative_prompt, seed, steps, height, width, num_frames, "
@@ -269,25 +178,28 @@ def build_parser() -> argparse.ArgumentParser:
                          "defaults of fields an item leaves out. Under torchrun, accelerate launch or srun each "
                          "process takes its share of the items.")
     gen.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
-    gen.add_argument("--method", default="taylor", help="acceleration method, or 'none' for the plain pipeline")
+    gen.add_argument("--method", default="taylor", help="acceleration method (see --help)").help_fn = \
+        diffusion_methods_help  # the registry loads only to show it
     gen.add_argument("--prompt-file", type=Path,
                      help="*.jsonl (.ndjson, .json) items, or one prompt (class name) per line")
     gen.add_argument("--class-labels", help="comma-separated class names or ids, instead of --prompt-file")
-    gen.add_argument("--num-images-per-prompt", type=_positive, default=1)
-    gen.add_argument("--steps", type=_positive, default=50, help="inference steps (default 50)")
+    gen.add_argument("--num-images-per-prompt", type=positive, default=1,
+                     help="outputs per prompt, each its own item with the next seed (default 1)")
+    gen.add_argument("--steps", type=positive, default=50, help="inference steps (default 50)")
     gen.add_argument("--seed", type=int, default=0, help="item i without a seed uses seed + i (default 0)")
-    gen.add_argument("--negative-prompt", default=None)
-    side = f"pixels, 1 to {MAX_SIDE} (default: the pipeline's own)"
-    gen.add_argument("--height", type=_side, default=None, help=side)
-    gen.add_argument("--width", type=_side, default=None, help=side)
-    gen.add_argument("--num-frames", type=_positive, default=None, help="video frames (default: the pipeline's own)")
-    gen.add_argument("--fps", type=_positive, default=None, help="frames per second of written videos (default 16)")
+    gen.add_argument("--negative-prompt", default=None,
+                     help="text pipelines: negative prompt of items without one (default: the pipeline's own)")
+    side_help = f"pixels, 1 to {MAX_SIDE} (default: the pipeline's own)"
+    gen.add_argument("--height", type=pixels, default=None, help=side_help)
+    gen.add_argument("--width", type=pixels, default=None, help=side_help)
+    gen.add_argument("--num-frames", type=positive, default=None, help="video frames (default: the pipeline's own)")
+    gen.add_argument("--fps", type=positive, default=None, help="frames per second of written videos (default 16)")
     gen.add_argument("--video-format", default=None, help="mp4 (needs imageio-ffmpeg, the default when installed), "
                      "webp or gif")
-    gen.add_argument("--batch-size", type=_positive, default=1,
+    gen.add_argument("--batch-size", type=positive, default=1,
                      help="items per pipeline call among items with equal settings (default 1: outputs then "
                      "do not depend on batching or on the number of processes)")
-    gen.add_argument("--guidance-scale", type=_finite, default=None,
+    gen.add_argument("--guidance-scale", type=finite, default=None,
                      help="a finite number (default: the pipeline's own)")
     gen.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
     gen.add_argument("--scheduler", default=None, metavar="CLASS",
@@ -297,16 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "cuda:LOCAL_RANK under a launcher)")
     gen.add_argument("--dtype", choices=DTYPES, default="float32", help="weights' dtype (default float32)")
     gen.add_argument("--rank", type=int, default=None, help="this process's rank (default: RANK or SLURM_PROCID)")
-    gen.add_argument("--world-size", type=_positive, default=None,
+    gen.add_argument("--world-size", type=positive, default=None,
                      help="number of processes (default: WORLD_SIZE or SLURM_NTASKS, else 1)")
     gen.add_argument("--out", type=Path, required=True, help="output folder")
     gen.set_defaults(func=cmd_generate)
 
-    merge = sub.add_parser("merge", help="combine the per-rank manifests of a generate folder into manifest.jsonl")
-    merge.add_argument("out", type=Path, help="the --out folder of `diffspec generate`")
-    merge.add_argument("--verify", action="store_true", help="re-hash every file against its sha256")
-    merge.set_defaults(func=cmd_merge)
 
+def _add_bench(sub: Any) -> None:
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
     bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, ar-image-cost, "
                        "multimodal, multimodal-action, multimodal-cost, speech, kernels)")
@@ -316,16 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "comma-separated (ar-image-cost), tiny-vlm (multimodal), tiny-vla "
                        "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost); kernels takes none")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
-    bench.add_argument("--device", default=None)
+    bench.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")
-    bench.add_argument("--steps", type=_step_counts, default=None, help="steps, or a sweep 50,100,250 (exact-diffusion)")
+    bench.add_argument("--steps", type=step_counts, default=None, help="steps, or a sweep 50,100,250 (exact-diffusion)")
     bench.add_argument("--quality-steps", default=None, help="exact-diffusion: the sweep's step counts that get quality")
-    bench.add_argument("--batch-size", type=_positive, default=None)
-    bench.add_argument("--repeats", type=_positive, default=3)
-    bench.add_argument("--warmup", type=int, default=1)
-    bench.add_argument("--quality-samples", type=_positive, default=500)
+    bench.add_argument("--batch-size", type=positive, default=None,
+                       help="images (sequences) per timed call (default: the suite's own)")
+    bench.add_argument("--repeats", type=positive, default=3, help="timed runs per arm, interleaved (default 3)")
+    bench.add_argument("--warmup", type=non_negative, default=1, help="untimed runs per arm first (default 1)")
+    bench.add_argument("--quality-samples", type=positive, default=500,
+                       help="samples per arm for the quality figures (default 500)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method config override")
-    bench.add_argument("--images", type=_positive, default=None, help="multimodal: scenes captioned per timed run")
+    bench.add_argument("--images", type=positive, default=None, help="multimodal: scenes captioned per timed run")
     bench.add_argument("--allow-cpu", action="store_true", help="time real-size models on the CPU anyway")
     _add_text_workload_args(bench)
     bench.add_argument("--budget-evals", type=lambda v: [float(b) for b in v.split(",")], default=None,
@@ -338,16 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=None, help="JSON file to write")
     bench.set_defaults(func=cmd_bench)
 
+
+def _add_calibrate(sub: Any) -> None:
     cal = sub.add_parser("calibrate", help="fit speca's thresholds to a target PSNR; saved next to the model")
     cal.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
-    cal.add_argument("--target-psnr", type=_finite, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
-    cal.add_argument("--steps", type=_positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
-    cal.add_argument("--samples", type=_positive, default=8, help="calibration samples (default 8)")
-    cal.add_argument("--guidance-scale", type=_finite, default=4.0)
+    cal.add_argument("--target-psnr", type=finite, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
+    cal.add_argument("--steps", type=positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
+    cal.add_argument("--samples", type=positive, default=8, help="calibration samples (default 8)")
+    cal.add_argument("--guidance-scale", type=finite, default=4.0, help="CFG scale of the calibration runs (default 4)")
     cal.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other speca settings (k_max=...)")
-    cal.add_argument("--device", default=None)
-    cal.add_argument("--dtype", choices=DTYPES, default=None)
-    cal.add_argument("--schedules", type=_positive_list, default=[], metavar="N,N",
+    cal.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    cal.add_argument("--dtype", choices=DTYPES, default=None,
+                     help="default: bfloat16 for real-size models on CUDA, else float32")
+    cal.add_argument("--schedules", type=positive_list, default=[], metavar="N,N",
                      help="also search a fixed placement of N full steps per size (replayed by speca's replay_steps)")
     cal.add_argument("--schedule-granularities", default="block", metavar="G,G",
                      help="granularities to search the schedules at: block, module (default block)")
@@ -355,21 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_text_workload_args(cal)
     cal.set_defaults(func=cmd_calibrate)
 
+
+def _add_train_drafter(sub: Any) -> None:
     td = sub.add_parser("train-drafter", help="self-distil a LANTERN (EAGLE) drafter for an AR image model")
     td.add_argument("--model", default="tiny-ar", help="shipped AR model name or AR model folder")
     td.add_argument("--out", type=Path, required=True, help="folder for the drafter (config.json + safetensors)")
-    td.add_argument("--samples", type=_positive, default=1000, help="self-distilled sequences (default 1000)")
-    td.add_argument("--epochs", type=_positive, default=10)
-    td.add_argument("--batch-size", type=_positive, default=64)
-    td.add_argument("--lr", type=_finite, default=1e-3)
-    td.add_argument("--seed", type=int, default=0)
-    td.add_argument("--device", default=None)
+    td.add_argument("--samples", type=positive, default=1000, help="self-distilled sequences (default 1000)")
+    td.add_argument("--epochs", type=positive, default=10, help="passes over the sequences (default 10)")
+    td.add_argument("--batch-size", type=positive, default=64, help="sequences per optimiser step (default 64)")
+    td.add_argument("--lr", type=finite, default=1e-3, help="learning rate (default 1e-3)")
+    td.add_argument("--seed", type=int, default=0, help="seed of the sampled sequences and the training (default 0)")
+    td.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     td.set_defaults(func=cmd_train_drafter)
-
-    inf = sub.add_parser("info", help="versions, devices, shipped models and methods")
-    inf.add_argument("--json", action="store_true")
-    inf.set_defaults(func=cmd_info)
-    return parser
 
 
 def _error(message: str) -> None:

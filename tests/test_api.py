@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -64,3 +66,24 @@ def test_overrides_and_config_objects(tiny_dit_pipe):
         SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", interval=0)
     with pytest.raises(ValueError, match="has no field"):
         SpeculativePipeline.from_pipe(tiny_dit_pipe, method="taylor", threshold=0.1)
+
+
+@pytest.mark.parametrize(("model", "method", "needle"), [
+    ("tiny-dit", "mc-sjd", "'mc-sjd' is a ar_image method but 'tiny-dit' holds a diffusion model; methods for it: "
+                           "taylor, speca, coupling, autospec"),
+    ("tiny-ar", "taylor", "'taylor' is a diffusion method but 'tiny-ar' holds a ar_image model"),
+    ("tiny-vla", "speca", "'speca' is a diffusion method but 'tiny-vla' holds a multimodal model"),
+    ("tiny-dit", "tayler", "unknown method 'tayler'"),
+])
+def test_from_pretrained_refuses_a_method_before_loading_any_weight(monkeypatch, model, method, needle):
+    import diffspec.models
+    import diffspec.multimodal.loading
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("weights were loaded before the method was checked")
+
+    for module, name in ((diffspec.models, "load_pipeline"), (diffspec.models, "load_ar_target"),
+                         (diffspec.multimodal.loading, "load_target"), (diffspec.multimodal.loading, "load_model")):
+        monkeypatch.setattr(module, name, must_not_load)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        SpeculativePipeline.from_pretrained(model, method=method)

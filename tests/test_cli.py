@@ -1,10 +1,18 @@
+import argparse
+import itertools
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from diffspec.cli import main, parse_overrides
+import diffspec
+from diffspec.cli import build_parser, main, parse_overrides
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,7 @@ def test_generate_writes_pngs_and_a_manifest(tmp_path, local_pipe_dir):
     assert [x["seed"] for x in lines] == [5, 6, 7] and [x["prompt"] for x in lines] == ["class0", "class3", "1"]
     assert lines[0]["method"] == "taylor" and lines[0]["config"]["interval"] == 2
     assert lines[0]["full_steps"] + lines[0]["forecast_steps"] == 8
-    assert lines[0]["step_speedup"] == 8 / lines[0]["full_steps"]
+    assert lines[0]["step_speedup"] == 8 / lines[0]["target_calls"]  # SpecStats.speedup (docs/stats.md)
     assert Image.open(out / lines[2]["path"]).size == (16, 16)
     assert (out / "manifest-rank0.jsonl").is_file()
     assert not list(out.glob("**/.tmp-*"))
@@ -92,9 +100,60 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys, tmp_path, monkey
 def test_info_lists_versions_models_and_methods(capsys):
     assert main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert "tiny-dit" in data["models"] and data["devices"][0] == "cpu"
+    assert data["models"]["tiny-dit"]["classes"][:2] == ["circle", "square"] and data["devices"][0] == "cpu"
+    assert data["models"]["tiny-ar"]["family"] == "ar_image" and data["models"]["tiny-vla"]["family"] == "multimodal"
     assert {"name": "taylor", "family": "diffusion", "kind": "relaxed", "status": "available"} in data["methods"]
-    assert main(["info"]) == 0 and "taylor" in capsys.readouterr().out
+
+
+def _section(text, title):
+    """The indented lines under ``title:`` of ``diffspec info``'s output."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    return [line for line in itertools.takewhile(lambda x: x.startswith("  "), lines[start + 1:])]
+
+
+def test_info_aligns_its_columns_and_names_each_models_classes(capsys):
+    from diffspec.models import SHIPPED_MODELS
+
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    models, methods = _section(out, "models"), _section(out, "methods")
+    assert [row.split()[0] for row in models] == ["name", *SHIPPED_MODELS]
+    assert "circle, square, triangle" in models[1] and "DiTPipeline" in models[1] and "ids 0-9" in models[2]
+    for table in (models, methods):  # each column starts where its header does, in every row
+        header = table[0]
+        starts = [m.start() for m in re.finditer(r"(?<=  )\S", header)]
+        for row in table[1:]:
+            assert all(row[s - 2:s] == "  " and row[s] != " " for s in starts), (header, row)
+    assert all(not line.endswith(" ") for line in out.splitlines())
+
+
+def test_help_imports_neither_torch_nor_diffusers():
+    """``diffspec --help`` (and ``info``'s parser, every command's) builds without torch: checked in a fresh
+    process's sys.modules, not by timing it. ``generate --help`` lists the methods from the registry (torch)."""
+    code = ("import sys\nfrom diffspec.cli import main\n"
+            "for argv in (['--help'], ['merge', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('HEAVY', sorted(m for m in ('torch', 'diffusers', 'transformers', 'numpy') if m in sys.modules))\n")
+    root = Path(diffspec.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: diffspec" in done.stdout and done.stdout.splitlines()[-1] == "HEAVY []"
+
+
+def test_every_flag_has_help_and_generate_help_lists_the_diffusion_methods(capsys):
+    from diffspec.api import methods
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():  # generate, bench and every other command
+        for action in parser._actions:
+            assert action.help or getattr(action, "help_fn", None), f"{name} {action.option_strings or action.dest}"
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(m.name in text for m in methods("diffusion", available_only=True))
+    assert "acceleration method: taylor, speca, coupling, autospec; or 'none'" in text
 
 
 def test_bench_cli_writes_json(tmp_path, capsys):

@@ -7,7 +7,9 @@ Example:
     >>> merge_manifests("out/").line()  # doctest: +SKIP
 """
 
-from .adapter import PipelineAdapter, class_id, is_class_conditional
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 from .items import (
     FIELDS,
     GenItem,
@@ -18,10 +20,29 @@ from .items import (
     model_identity,
     read_items,
 )
-from .manifest import ManifestWriter, MergeSummary, completed, merge_manifests, rank_manifest, read_records
-from .media import default_video_format, read_video, write_image, write_video
-from .runner import RunSummary, all_recorded, generate_batch, plan
 from .shard import World, shard
+
+_LAZY = {  # modules that import numpy or torch load on first use
+    **dict.fromkeys(("PipelineAdapter", "class_id", "is_class_conditional"), ".adapter"),
+    **dict.fromkeys(("ManifestWriter", "MergeSummary", "completed", "merge_manifests", "rank_manifest",
+                     "read_records"), ".manifest"),
+    **dict.fromkeys(("default_video_format", "read_video", "write_image", "write_video"), ".media"),
+    **dict.fromkeys(("RunSummary", "all_recorded", "generate_batch", "plan"), ".runner"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+if TYPE_CHECKING:
+    from .adapter import PipelineAdapter, class_id, is_class_conditional
+    from .manifest import (
+        ManifestWriter,
+        MergeSummary,
+        completed,
+        merge_manifests,
+        rank_manifest,
+        read_records,
+    )
+    from .media import default_video_format, read_video, write_image, write_video
+    from .runner import RunSummary, all_recorded, generate_batch, plan
 
 __all__ = [
     "FIELDS",

@@ -3,7 +3,9 @@
 Each rank appends one JSON line per finished item to ``out/manifest-rank<r>.jsonl`` (fsynced after
 each line; a line that cannot be written whole, on a full disk, is cut back off): ``key``, ``id``,
 ``index``, ``status`` (``ok``/``failed``), ``path`` (relative to ``out``), ``size``, ``sha256``,
-``seconds``, the method's step counts and acceptance, and the item's fields. A rerun skips every key
+``seconds``, ``batch``, the call's figures (``full_steps``, ``forecast_steps``, ``branches``,
+``target_calls``, ``target_evals``, ``acceptance``, ``step_speedup``: :class:`~diffspec.stats.SpecStats`'s,
+defined there and in ``docs/stats.md``; with ``batch`` > 1 they are the shared call's) and the item's fields. A rerun skips every key
 that some manifest lists as ``ok`` and whose file has the listed size and sha256;
 :func:`merge_manifests` writes ``out/manifest.jsonl`` with one line per key (the latest ``ok``
 line if any, else the latest failure; an ``ok`` line whose file is gone becomes ``missing``, one
@@ -169,7 +171,7 @@ class MergeSummary:
         if self.mean_seconds is not None:
             text += f"; {self.mean_seconds:.3g} s/item"
         if self.mean_step_speedup is not None:
-            text += f"; mean speedup {self.mean_step_speedup:.2f}x (steps / full steps)"
+            text += f"; mean speedup {self.mean_step_speedup:.2f}x (steps / sequential target calls)"
         return text
 
 

@@ -57,7 +57,7 @@ class RunSummary:
 
     @property
     def mean_speedup(self) -> float | None:
-        """Mean over generated items of (full + forecast steps) / full steps."""
+        """Mean over generated items of their ``step_speedup`` (:attr:`~diffspec.stats.SpecStats.speedup`)."""
         return sum(self.speedups) / len(self.speedups) if self.speedups else None
 
     def line(self) -> str:
@@ -67,7 +67,7 @@ class RunSummary:
         if self.generated:
             text += f" ({self.seconds / self.generated:.3g} s/item)"
         if self.mean_speedup is not None:
-            text += f"; mean speedup {self.mean_speedup:.2f}x (steps / full steps, SpecStats)"
+            text += f"; mean speedup {self.mean_speedup:.2f}x (steps / sequential target calls)"
         if self.remade:
             text += f"; {self.remade} listed output{'s' if self.remade > 1 else ''} missing or damaged, generated again"
         return text
@@ -106,13 +106,16 @@ def resolve_item_config(item: GenItem) -> tuple[Any, str | None]:
 
 
 def _stats_fields(stats: Any, method: str) -> dict[str, Any]:
+    """An item's manifest figures from its call's :class:`~diffspec.stats.SpecStats` (defined there and in
+    ``docs/stats.md``); ``step_speedup`` is :attr:`~diffspec.stats.SpecStats.speedup` (1.0 for method ``none``)."""
     if stats is None:
-        return {"full_steps": None, "forecast_steps": None, "target_calls": None, "acceptance": None,
-                "step_speedup": 1.0 if method == "none" else None}
-    full, forecast = stats.full_steps, stats.forecast_steps
-    fields = {"full_steps": full, "forecast_steps": forecast, "target_calls": stats.target_calls,
-              "acceptance": stats.acceptance_rate if stats.proposed else None,
-              "step_speedup": (full + forecast) / full if full else None}
+        return {"full_steps": None, "forecast_steps": None, "branches": None, "target_calls": None,
+                "target_evals": None, "acceptance": None, "step_speedup": 1.0 if method == "none" else None}
+    fields = {"full_steps": round(stats.full_steps, 4), "forecast_steps": round(stats.forecast_steps, 4),
+              "branches": stats.branches, "target_calls": stats.target_calls,
+              "target_evals": round(stats.target_evals, 4),
+              "acceptance": round(stats.acceptance_rate, 4) if stats.proposed else None,
+              "step_speedup": stats.speedup}
     if "controlnet_full" in stats.extra:  # the pipeline's ControlNet, run in full only where the transformer was
         fields["controlnet_calls"] = stats.extra["controlnet_full"]
     return fields

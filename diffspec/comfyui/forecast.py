@@ -166,7 +166,7 @@ class ComfyForecast:
     def summary(self) -> str:
         """One line for logs and the stats node."""
         s = self.stats
-        line = (f"diffspec {s.method}: full_steps {s.full_steps}, forecast_steps {s.forecast_steps} "
+        line = (f"diffspec {s.method}: full_steps {s.full_steps:g}, forecast_steps {s.forecast_steps:g} "
                 f"({100 * s.forecast_fraction:.0f}% forecast), target_calls {s.target_calls}")
         if self.verify:
             line += f", checks {s.extra.get('checks', 0)}, rejections {s.extra.get('rejections', 0)}"
@@ -275,8 +275,8 @@ class ComfyForecast:
                 branch.force_full[r] = False
         stats = self.stats
         committed_drafts = recompute.count(False)
+        stats.count_rows(recompute.count(True), len(recompute))
         if any(recompute):
-            stats.full_steps += 1
             stats.target_calls += 1
             stats.target_evals += 1  # the whole batch ran in full
             held = sum(f.nbytes for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
@@ -289,8 +289,6 @@ class ComfyForecast:
             stats.draft_calls += 1
             stats.proposed += call.full_rows.count(False)
             stats.accepted += committed_drafts
-        if committed_drafts:
-            stats.forecast_steps += 1
 
     def _disable(self, reason: str) -> None:
         self.disabled = reason

@@ -348,8 +348,11 @@ class ForecastHooks(ModuleForecasts):
     def _count(self, recompute: list[bool], drafted: bool) -> None:
         stats = self.stats
         committed_drafts = recompute.count(False)
+        if self.tracker.branch == 0:  # SpecStats: steps, branches, and full/forecast steps as shares of rows
+            stats.steps += 1
+        stats.branches = max(stats.branches, self.tracker.branch + 1)
+        stats.count_rows(recompute.count(True), len(recompute))
         if any(recompute):
-            stats.full_steps += 1
             stats.target_calls += 1
             stats.target_evals += recompute.count(True) / len(recompute)  # rows computed in full, per row
             held = sum(f.nbytes for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
@@ -367,8 +370,6 @@ class ForecastHooks(ModuleForecasts):
             stats.draft_calls += 1
             stats.proposed += self._full_rows.count(False)
             stats.accepted += committed_drafts
-        if committed_drafts:
-            stats.forecast_steps += 1
 
     # ----------------------------------------------------------------- block wrapper
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,

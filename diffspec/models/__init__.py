@@ -22,6 +22,7 @@ from .classifier import (
     reference_fid,
 )
 from .dit import load_pipeline, quiet_diffusers, save_dit_pipeline, write_id2label
+from .folders import describe_model, is_ar_model_folder, model_family
 from .tiny_vlm import load_tiny_vlm
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
@@ -92,21 +93,18 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
     return target
 
 
-def is_ar_model_folder(folder: Path) -> bool:
-    """Whether ``folder`` holds an AR image model (``gpt/`` + ``tokenizer/``), as :func:`load_ar_target` reads."""
-    return (folder / "gpt" / "config.json").is_file() and (folder / "tokenizer" / "config.json").is_file()
-
-
 __all__ = [
     "REFERENCE_CLASSIFIERS",
     "SHIPPED_MODELS",
     "ShapeClassifier",
     "class_accuracy",
     "classifier_features",
+    "describe_model",
     "is_ar_model_folder",
     "load_ar_target",
     "load_pipeline",
     "load_tiny_vlm",
+    "model_family",
     "paired_accuracy",
     "quiet_diffusers",
     "load_reference_classifier",

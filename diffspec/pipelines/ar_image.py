@@ -82,6 +82,7 @@ class ARImagePipeline(SpeculativePipeline):
                     tokens = plain_sample(session, n, config.sampling, generator, self.stats, bar)
                 else:
                     tokens = self._sample(session, config, generator, bar)
+        self.stats.steps = n  # the plain loop's target calls per image (SpecStats.speedup)
         return finish(target, tokens, output_type, return_dict, self.stats)
 
     def _sample(self, session: Any, config: Any, generator: Generators, bar: Any) -> torch.Tensor:

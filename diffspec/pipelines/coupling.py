@@ -91,7 +91,7 @@ class CouplingPipeline(SpeculativePipeline):
             with progress(total=steps, desc=self.config.method, disable=disable) as bar:
                 latents = self._sample(job, plain, bar)
                 bar.update(steps - bar.n)
-            self.stats.full_steps = self.stats.target_calls
+            self.stats.steps = self.stats.full_steps = steps  # every step's output is the target's (SpecStats)
             return job.finish(latents)
 
     def _sample(self, job: Job, plain: bool, bar: Any) -> torch.Tensor:

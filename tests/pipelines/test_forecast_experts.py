@@ -57,6 +57,7 @@ def test_both_wan22_experts_forecast_each_with_its_own_warmup(wan22):
     assert not all(expected[high:]) and expected[high] and expected[high + 1]  # warmup again at the switch
     stats = out.spec_stats
     assert stats.full_steps == 2 * sum(expected) and stats.forecast_steps == 2 * (STEPS - sum(expected))
+    assert (stats.steps, stats.branches) == (STEPS, 2) and stats.speedup == 2 * STEPS / stats.target_calls
     psnr = -10 * torch.log10(((out.frames - baseline) ** 2).mean())
     assert not torch.equal(out.frames, baseline) and psnr > 20
 
