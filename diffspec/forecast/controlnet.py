@@ -84,7 +84,7 @@ class ControlNetForecast:
         stats: the pipeline's counters; ``extra["controlnet_full"]`` / ``["controlnet_forecast"]`` count its calls
             and ``extra["controlnet_cache_gb"]`` the anchors it holds.
         num_steps_fn: the generation's step count (as for the transformer's hooks).
-        increasing: the pipeline's timesteps grow over a generation (:data:`~.steps.INCREASING_TIMESTEPS`).
+        increasing: the pipeline's timesteps grow over a generation (the model profile's ``increasing_timesteps``).
         plan: for a verified ``speca``: ``plan(step)`` tells whether the transformer's call at ``step`` certainly
             drafts (:meth:`~.hooks.ForecastHooks.certain_draft`); the ControlNet runs in full where it does not.
 

@@ -6,12 +6,12 @@ restores the original behaviour bit for bit). On a full step every block runs an
 them) is stored as an anchor. On a forecast step no block runs: the first block of each list
 returns ``in + forecast(residual)`` and the other blocks pass their inputs through (where the model adds
 ControlNet residuals between the blocks, the last block takes the first one's output back:
-:data:`~.blocks.BETWEEN_BLOCK_ARGS`).
+ the profile's ``between_block_args``).
 
 Steps and CFG branches are detected from the ``timestep`` argument of the transformer, so no
 ``cache_context`` is needed: a new value is a new step, a repeated value within a step is the
 next CFG branch (pipelines that call the transformer once per branch), an increase starts a new
-generation (a decrease, for the transformers fed ``1 - sigma``: :data:`~.steps.INCREASING_TIMESTEPS`). A
+generation (a decrease, for the transformers fed ``1 - sigma``: the profile's ``increasing_timesteps``). A
 change of the token count (latent or text) resets that branch instead of failing.
 """
 
@@ -27,27 +27,16 @@ from torch import nn
 
 from ..config import ForecastConfig, SpecaConfig
 from ..stats import SpecStats
-from .blocks import (
-    BETWEEN_BLOCK_ARGS,
-    HIDDEN_ARGS,
-    INTERLEAVED_MODULES,
-    REFUSED_ARGS,
-    SIDE_OUTPUT_LISTS,
-    BlockIO,
-    find_block_lists,
-)
+from .blocks import HIDDEN_ARGS, BlockIO, find_block_lists
 from .budget import settle_cache
 from .claims import claim, release
 from .compile import CompiledCalls
 from .gate import Schedule, anchor_pairs, decide_rows, verify_error
-from .modules import DRAFT_FORWARDS, ModuleForecasts, check_module_support, supports_modules, wrap_submodules
-from .rows import BATCH_COUPLED_TRANSFORMERS, CLASS_UNBATCHED_ARGS, merge_rows, take_call_rows
-from .steps import INCREASING_TIMESTEPS, TIMESTEP_ARGS, StepTracker
+from .modules import ModuleForecasts, check_module_support, supports_modules, wrap_submodules
+from .profiles import block_profile, profile_of
+from .rows import merge_rows, take_call_rows
+from .steps import TIMESTEP_ARGS, StepTracker
 from .taylor import TaylorForecaster
-
-EARLIER_BLOCK_INPUTS = ("skip",)
-"""Block inputs that carry an earlier block's output (HunyuanDiT's long skips). On a draft step the
-verified last block gets their forecast, since the earlier blocks did not run."""
 
 
 @dataclass
@@ -58,7 +47,7 @@ class _ListState:
     encoder_out_none: bool = False  # the list's last block returns no text stream (SD3's last block)
     drafts: dict[str, torch.Tensor] = field(default_factory=dict)  # this draft call's forecasts (fp32), by key
     pending: tuple | None = None  # the last block's (hidden, encoder, split, single), recorded after the call
-    drafted: tuple | None = None  # the first block's drafted (hidden, encoder), while BETWEEN_BLOCK_ARGS are passed
+    drafted: tuple | None = None  # the first block's drafted (hidden, encoder), while between-block args are passed
 
 
 @dataclass
@@ -112,6 +101,7 @@ class ForecastHooks(ModuleForecasts):
         self.schedule = self._schedule
         self.verify = self.schedule.verify
         self.calls = CompiledCalls(transformer)
+        self.profile = profile_of(self.calls.model)
         self.block_lists = find_block_lists(self.calls.model, config.blocks)
         self._num_blocks = sum(len(blocks) for _, blocks in self.block_lists)
         blocks = [b for _, bl in self.block_lists for b in bl]
@@ -122,7 +112,7 @@ class ForecastHooks(ModuleForecasts):
         self.granularity = "block"  # effective: "block", "module", or "pending" (measured at step 0, chosen at step 1)
         self._order = config.order
         self.modules_real = False  # the verifier runs the submodules for real, without recording
-        increasing = type(self.calls.model).__name__ in INCREASING_TIMESTEPS
+        increasing = self.profile.increasing_timesteps
         if tracker is not None and tracker.increasing != increasing:
             raise ValueError(f"{type(self.calls.model).__name__}: a shared step tracker must read timesteps the same "
                              f"way (increasing={tracker.increasing}, this transformer: {increasing})")
@@ -132,10 +122,7 @@ class ForecastHooks(ModuleForecasts):
         self._params = list(inspect.signature(self.calls.model.forward).parameters)
         self._timestep_name = next((n for n in TIMESTEP_ARGS if n in self._params), "timestep")
         self._hidden_name = next((n for n in HIDDEN_ARGS if n in self._params), "hidden_states")
-        self._refused = REFUSED_ARGS.get(type(self.calls.model).__name__, {})
-        self._between_args = BETWEEN_BLOCK_ARGS.get(type(self.calls.model).__name__, ())
         self._per_row_lists = False  # latents passed as a list of per-row tensors (Z-Image)
-        self._unbatched = CLASS_UNBATCHED_ARGS.get(type(self.calls.model).__name__, frozenset())  # never sliced
         self._handles: list[Any] = []
         self._patched: list[tuple[nn.Module, Any]] = []  # (module, the instance forward it had before, or None)
         self._branches: dict[int, _BranchState] = {}
@@ -152,8 +139,8 @@ class ForecastHooks(ModuleForecasts):
         self._record_rows: list[int] | None = None
         self._errors: torch.Tensor | None = None
         self._call_lists: tuple[dict[int, list], dict[str, list]] = ({}, {})  # a draft call's list arguments, as passed
-        self._between_blocks = False  # the last block run was not its list's last (INTERLEAVED_MODULES)
-        self._between_residuals = False  # the call passes residuals added between blocks (BETWEEN_BLOCK_ARGS)
+        self._between_blocks = False  # the last block run was not its list's last (interleaved modules)
+        self._between_residuals = False  # the call passes residuals added between blocks
 
     @property
     def full(self) -> bool:
@@ -182,18 +169,17 @@ class ForecastHooks(ModuleForecasts):
         pre, post = torch.compiler.disable(self._pre_forward), torch.compiler.disable(self._post_forward)
         self._handles.append(self.transformer.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(self.transformer.register_forward_hook(post, with_kwargs=True))
-        side_lists = SIDE_OUTPUT_LISTS.get(type(self.calls.model).__name__, ())
         for li, (name, blocks) in enumerate(self.block_lists):
             last = len(blocks) - 1
             split = self.verify and li == len(self.block_lists) - 1
             for bi, block in enumerate(blocks):
                 previous = block.__dict__.get("forward")  # e.g. accelerate's offload hook: kept inside, restored
                 block.forward = self._wrap(block, li, bi, first=bi == 0, last=bi == last, split=split,
-                                           side_only=name in side_lists)
+                                           side_only=name in self.profile.side_output_lists)
                 self._patched.append((block, previous))
                 if self.module_ok and self.config.granularity != "block":
                     self._patched.extend(wrap_submodules(self, block, li, bi, self.calls.submodule_forward))
-        for name in INTERLEAVED_MODULES.get(type(self.calls.model).__name__, ()):
+        for name in self.profile.interleaved_modules:
             for module in getattr(self.calls.model, name):
                 previous = module.__dict__.get("forward")
                 module.forward = self._wrap_interleaved(module)
@@ -239,7 +225,7 @@ class ForecastHooks(ModuleForecasts):
         return args[i] if i is not None and i < len(args) else None
 
     def _pre_forward(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        for name, why in self._refused.items():
+        for name, why in self.profile.refused_args.items():
             if self._arg(name, args, kwargs) is not None:
                 raise ValueError(f"{type(self.calls.model).__name__}: {name} is not supported with block "
                                  f"forecasting: {why}")
@@ -280,7 +266,7 @@ class ForecastHooks(ModuleForecasts):
         self._check_rows = [not f and sched.checked(s) for f, s in zip(self._full_rows, branch.since_full)]
         self._errors = None
         self._between_blocks = False
-        self._between_residuals = any(self._arg(n, args, kwargs) is not None for n in self._between_args)
+        self._between_residuals = any(self._arg(n, args, kwargs) is not None for n in self.profile.between_block_args)
         if all(self._full_rows):
             self.mode, self._record_rows = "full", None
         else:
@@ -327,10 +313,10 @@ class ForecastHooks(ModuleForecasts):
         batch = len(recompute)
         index = torch.tensor(rows)
         self._record_rows = rows
-        if type(self.calls.model).__name__ in BATCH_COUPLED_TRANSFORMERS:  # the whole batch, only ``rows`` kept
+        if self.profile.batch_coupled:  # the whole batch, only ``rows`` kept
             return merge_rows(index, self.calls.forward(module)(*args, **kwargs), drafted, self._per_row_lists)
         sub_args, sub_kwargs = take_call_rows(args, kwargs, self._params, index, batch, self._per_row_lists,
-                                              unbatched=self._unbatched)
+                                              unbatched=self.profile.unbatched_args)
         return merge_rows(index, self.calls.forward(module)(*sub_args, **sub_kwargs), drafted, self._per_row_lists)
 
     def _decide(self, branch: _BranchState, recompute: list[bool]) -> None:
@@ -375,12 +361,12 @@ class ForecastHooks(ModuleForecasts):
     def _wrap(self, block: nn.Module, list_index: int, block_index: int, first: bool, last: bool,
               split: bool, side_only: bool = False) -> Callable[..., Any]:
         """``split``: the verified list, whose last block is forecast (and verified) on its own. ``side_only``: a
-        list of :data:`~.blocks.SIDE_OUTPUT_LISTS`, passed through with zero side outputs on a draft, never cached."""
+        list of the profile's ``side_output_lists``, passed through with zero side outputs on a draft, never cached."""
         original = self.calls.block_forward(block)
         io = BlockIO.for_block(block, original)
         hooks = self
         head = "body" if split else "list"
-        draft_forward = DRAFT_FORWARDS.get(type(block).__name__)
+        draft_forward = block_profile(block).draft_forward
 
         def module_draft(*args: Any, **kwargs: Any) -> Any:
             """The block on a draft step at module granularity (its submodules return forecasts)."""
@@ -400,7 +386,7 @@ class ForecastHooks(ModuleForecasts):
                     state.inputs = {"hidden": hidden, "encoder": encoder}
                 if last and split:  # plus inputs taken from earlier blocks (HunyuanDiT's long ``skip``)
                     state.tail_inputs = {"hidden": hidden, "encoder": encoder,
-                                         **{n: io.arg(n, args, kwargs) for n in EARLIER_BLOCK_INPUTS}}
+                                         **{n: io.arg(n, args, kwargs) for n in io.earlier}}
                 out = original(*args, **kwargs)
                 if last and hooks.granularity != "module" and not side_only:
                     outs = io.split_output(out)
@@ -433,7 +419,7 @@ class ForecastHooks(ModuleForecasts):
         return forward
 
     def _wrap_interleaved(self, module: nn.Module) -> Callable[..., Any]:
-        """A module run between two blocks of a list, its output added to the stream (:data:`~.blocks.INTERLEAVED_MODULES`):
+        """A module run between two blocks of a list, its output added to the stream (the profile's ``interleaved_modules``):
         on a block-granularity draft it returns zeros shaped like its ``hidden_states`` there, its part being in the
         list's forecast residual; one after a list's last block runs as usual."""
         original = module.forward
@@ -451,7 +437,7 @@ class ForecastHooks(ModuleForecasts):
     def _drafted_stream(state: _ListState, hidden: torch.Tensor, encoder: torch.Tensor | None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The streams for a list's last block on a draft where the model adds residuals between blocks
-        (:data:`~.blocks.BETWEEN_BLOCK_ARGS`): those its first block drafted, since the list's forecast residual
+        (the profile's ``between_block_args``): those its first block drafted, since the list's forecast residual
         already holds what was added after its other blocks. A stream whose shape changed since is kept."""
         drafted, state.drafted = state.drafted, None
 
@@ -469,7 +455,7 @@ class ForecastHooks(ModuleForecasts):
         h_hat = self._apply(state, "tail:hidden", hidden)
         e_hat = None if state.encoder_out_none else self._apply(state, "tail:encoder", encoder)
         if self._run_verifier:
-            earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in EARLIER_BLOCK_INPUTS}
+            earlier = {n: self._apply_raw(state, f"tail:{n}", io.arg(n, args, kwargs)) for n in io.earlier}
             args, kwargs = io.with_inputs(args, kwargs, hidden_states=hidden, encoder_hidden_states=encoder, **earlier)
         return self._verify(io, original, args, kwargs, h_hat, e_hat, hidden)
 
@@ -485,7 +471,7 @@ class ForecastHooks(ModuleForecasts):
         subset = len(rows) < batch
         if subset and not io.seq_first:  # run the verifier on the checked rows only
             names = sorted(io.param_index, key=io.param_index.__getitem__)
-            args, kwargs = take_call_rows(args, kwargs, names, checked, batch, unbatched=self._unbatched)
+            args, kwargs = take_call_rows(args, kwargs, names, checked, batch, unbatched=self.profile.unbatched_args)
         self.modules_real = True
         try:
             y_h, y_e = io.split_output(original(*args, **kwargs))
@@ -512,9 +498,8 @@ class ForecastHooks(ModuleForecasts):
                 if out is None or x_in is None or out.shape != x_in.shape:
                     continue
                 self._forecaster(state, f"{head}:{stream}").update(self._x, out - x_in, self._record_rows)
-        for name in EARLIER_BLOCK_INPUTS if split else ():
-            value = state.tail_inputs.get(name)
-            if isinstance(value, torch.Tensor):
+        for name, value in state.tail_inputs.items() if split else ():  # the earlier-block inputs too (long skips)
+            if name not in outs and isinstance(value, torch.Tensor):
                 self._forecaster(state, f"tail:{name}").update(self._x, value, self._record_rows)
         state.inputs, state.tail_inputs = {}, {}
         state.encoder_out_none = encoder is None

@@ -7,9 +7,10 @@ those submodules return their forecast instead of running. This is TaylorSeer's 
 memory than the block granularity (one anchor per submodule instead of one residual per block
 list) for a forecast that follows the current step's conditioning.
 
+The submodules are named in each block's :class:`~.profiles.BlockProfile` (``modules``).
 ``FluxSingleTransformerBlock`` forecasts its fused ``proj_out`` output instead ("total" in the
 reference code); on a forecast step only its gate is recomputed, so its attention and MLP do not
-run either.
+run either (its profile's ``draft_forward``).
 
 Example:
     >>> spec = SpeculativePipeline.from_pipe(pipe, method="taylor", granularity="module")  # doctest: +SKIP
@@ -23,13 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-MODULE_SPECS: dict[str, tuple[str, ...]] = {
-    "BasicTransformerBlock": ("attn1", "attn2", "ff"),  # DiT, PixArt-alpha / Sigma
-    "FluxTransformerBlock": ("attn", "ff", "ff_context"),
-    "FluxSingleTransformerBlock": ("proj_out",),  # with a draft forward that skips attn and proj_mlp
-    "JointTransformerBlock": ("attn", "attn2", "ff", "ff_context"),  # SD3 / SD3.5
-}
-"""Per block class, the submodules whose outputs are forecast at ``granularity="module"``."""
+from .profiles import BLOCKS, block_profile
 
 
 class ModuleHost(Protocol):
@@ -70,8 +65,8 @@ class ModuleForecasts:
 
 
 def supports_modules(block: nn.Module) -> bool:
-    """Whether ``block``'s class has a module table (:data:`MODULE_SPECS`)."""
-    return type(block).__name__ in MODULE_SPECS
+    """Whether ``block``'s class names submodules to forecast (its :class:`~.profiles.BlockProfile`'s ``modules``)."""
+    return bool(block_profile(block).modules)
 
 
 def check_module_support(blocks: list[nn.Module]) -> None:
@@ -80,7 +75,8 @@ def check_module_support(blocks: list[nn.Module]) -> None:
     if missing:
         raise ValueError(
             f"granularity='module' is not supported for {', '.join(missing)}; supported blocks: "
-            f"{', '.join(MODULE_SPECS)}. Use granularity='block' (every diffusers DiT) or 'auto'."
+            f"{', '.join(n for n, b in BLOCKS.items() if b.modules)}. Use granularity='block' (every diffusers "
+            "DiT) or 'auto'."
         )
 
 
@@ -94,7 +90,7 @@ def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_i
     ``CompiledCalls.submodule_forward`` compiles it under regional compilation).
     """
     patched = []
-    for name in MODULE_SPECS.get(type(block).__name__, ()):
+    for name in block_profile(block).modules:
         sub = getattr(block, name, None)
         if isinstance(sub, nn.Module):
             previous = sub.__dict__.get("forward")  # an instance forward already there (accelerate's offload hook)
@@ -141,20 +137,3 @@ def _num_parts(host: ModuleHost, list_index: int, key: str) -> int:
 
 def _was_tuple(host: ModuleHost, list_index: int, key: str) -> bool:
     return host.module_forecaster(list_index, f"{key}.1") is not None
-
-
-def flux_single_draft(host: ModuleHost, block: nn.Module, list_index: int, block_index: int,
-                      hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
-                      **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``FluxSingleTransformerBlock`` on a forecast step: ``x + gate(temb) * forecast(proj_out)``."""
-    text_len = encoder_hidden_states.shape[1]
-    x = torch.cat([encoder_hidden_states, hidden_states], dim=1)
-    gate = block.norm.linear(block.norm.silu(temb)).chunk(3, dim=1)[2]  # AdaLayerNormZeroSingle's gate
-    out = x + gate.unsqueeze(1) * host.module_forecast(list_index, f"m{block_index}.proj_out.0", x)
-    if out.dtype == torch.float16:
-        out = out.clip(-65504, 65504)
-    return out[:, :text_len], out[:, text_len:]
-
-
-DRAFT_FORWARDS: dict[str, Callable[..., Any]] = {"FluxSingleTransformerBlock": flux_single_draft}
-"""Block classes whose forecast step does not run the block's own forward (see :func:`flux_single_draft`)."""

@@ -1,7 +1,8 @@
 """Restricting a transformer call to some batch rows, and merging a sub-batch result back.
 
 Used where rows decide on their own: only the rows that must be full are recomputed, and the
-verifier runs on the checked rows only.
+verifier runs on the checked rows only. Arguments are recognised by name, conventions the diffusers
+transformers share; what holds for one class only is in its :class:`~.profiles.ModelProfile`.
 """
 
 from __future__ import annotations
@@ -44,30 +45,13 @@ passes its blocks one modulation row per sample, then the ``t = 0`` row of the t
 first dim is ``batch + 1``, the rows are sliced and the last row kept."""
 
 
-BATCH_COUPLED_TRANSFORMERS = frozenset({"BriaFibo2Transformer2DModel", "HunyuanVideoFramepackTransformer3DModel"})
-"""Transformers whose token layout depends on the whole batch: Bria FIBO 2.0 gives every row the batch's largest
-gist-token count (from the longest prompt), so a sub-batch of shorter prompts would get fewer tokens than the
-anchors; FramePack trims the text stream to the prompt when it is called on one row, so a one-row sub-batch of a
-padded batch would get fewer text tokens than the anchors. Their rows to recompute are recomputed within the whole batch; only those rows are merged and recorded."""
-
-
-CLASS_UNBATCHED_ARGS: dict[str, frozenset[str]] = {
-    # MiniMax-H3 replicates one packed layout over the batch: ``timestep`` holds the layout's distinct timesteps and
-    # the blocks' ``temb`` their embeddings (one per noise level, not per row); the others index its packed rows
-    "MiniMaxH3Transformer3DModel": frozenset({"timestep", "temb", "timestep_indices", "token_tags", "position_ids",
-                                              "video_indices", "audio_indices", "text_indices", "adaln_indices"}),
-}
-"""Per transformer class, arguments (of the transformer or its blocks) that never have a batch dimension though
-other classes batch the same names: never sliced, whatever their length."""
-
-
 def take_rows(value: Any, index: torch.Tensor, batch: int, name: str | None = None, per_row_lists: bool = False,
               unbatched: frozenset[str] = frozenset()) -> Any:
     """``value`` (argument ``name``) restricted to the rows ``index`` wherever it has a batch dimension.
 
     ``per_row_lists``: the model takes its latents as a list with one entry per row (Z-Image), and so
     every list of ``batch`` entries (caption features...) is indexed as a list of rows. ``unbatched``: names
-    never sliced (:data:`CLASS_UNBATCHED_ARGS` of the model's class).
+    never sliced (the ``unbatched_args`` of the model's :class:`~.profiles.ModelProfile`).
     """
     if name is not None and name in unbatched:
         return value
@@ -108,7 +92,7 @@ def merge_rows(index: torch.Tensor, part: Any, whole: Any, per_row_lists: bool =
     """``whole`` with the rows ``index`` replaced by ``part``'s (tensors, tuples, diffusers outputs).
 
     ``part`` holds just the rows ``index``, in order, or every row of ``whole`` (a whole-batch recompute,
-    :data:`BATCH_COUPLED_TRANSFORMERS`), from which the rows ``index`` are taken.
+    a ``batch_coupled`` model's), from which the rows ``index`` are taken.
 
     ``per_row_lists``: lists hold one entry per row (Z-Image returns a list of per-image tensors).
     """

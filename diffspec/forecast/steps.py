@@ -9,22 +9,13 @@ import torch
 TIMESTEP_ARGS = ("timestep", "t", "timesteps")
 """Names of a transformer's timestep argument, first match in its signature wins (Z-Image: ``t``, HiDream:
 ``timesteps``)."""
-INCREASING_TIMESTEPS = frozenset({"Lumina2Transformer2DModel", "ZImageTransformer2DModel",
-                                  "MochiTransformer3DModel",  # Mochi: 1000 * (1 - sigma) (invert_sigmas)
-                                  "OmniGenTransformer2DModel",  # its scheduler inverts the sigmas
-                                  "MiniMaxH3Transformer3DModel",  # MiniMax-H3: t = 1 - sigma in [0, 1]
-                                  "Ideogram4Transformer2DModel",  # Ideogram 4: 1 - sigma as well
-                                  "LuminaNextDiT2DModel",  # Lumina-Next: 1 - t / 1000, as Lumina 2
-                                  "LongCatAudioDiTTransformer",  # LongCat-AudioDiT: 1 - sigma (invert_sigmas)
-                                  "MiniMaxMusic3Transformer1DModel"})  # MiniMax Music 3: 0 = noise, 1 = data
-"""Transformers whose pipelines pass ``1 - sigma`` (0 = noise, 1 = image): the timestep grows over a
-generation, so a decrease, not an increase, starts a new one."""
 
 
 class StepTracker:
     """Turns the sequence of ``timestep`` values a transformer sees into (step, branch).
 
-    ``increasing``: the timestep grows during a generation (see :data:`INCREASING_TIMESTEPS`). One tracker
+    ``increasing``: the timestep grows during a generation (the pipeline passes ``1 - sigma``: the
+    ``increasing_timesteps`` of the model's :class:`~.profiles.ModelProfile`). One tracker
     can be shared by the denoisers of a pipeline (Wan 2.2's two experts, Ideogram 4's conditional and
     unconditional transformers): their calls then count the pipeline's steps, and ``generation`` tells each
     of them that a new generation started, whichever of them saw it first.

@@ -8,12 +8,12 @@ from torch import nn
 
 from ..api import SpeculativePipeline
 from ..config import ForecastConfig, MethodConfig, SpecaConfig
-from ..forecast.blocks import SUPPORTED_TRANSFORMERS
 from ..forecast.calibrate import resolve_replay, resolve_thresholds
 from ..forecast.compile import compile_blocks
 from ..forecast.controlnet import ControlNetForecast
 from ..forecast.hooks import ForecastHooks
-from ..forecast.steps import INCREASING_TIMESTEPS, StepTracker
+from ..forecast.profiles import profile_of, supported
+from ..forecast.steps import StepTracker
 
 DENOISERS = ("transformer", "transformer_2", "unconditional_transformer")
 """Pipeline components forecast alike, each with its own hooks on one shared step count: Wan 2.2's low-noise
@@ -57,8 +57,7 @@ class ForecastPipeline(SpeculativePipeline):
             config, self.threshold_source = resolve_thresholds(config, folder)
         super().__init__(pipe, config)
         models = denoisers(pipe)
-        first = type(models[0][1]).__name__
-        tracker = StepTracker(increasing=first in INCREASING_TIMESTEPS)
+        tracker = StepTracker(increasing=profile_of(models[0][1]).increasing_timesteps)
         self.hooks = {name: ForecastHooks(model, config, self.stats, num_steps_fn=self._num_steps, tracker=tracker)
                       for name, model in models}
         """One :class:`~diffspec.forecast.hooks.ForecastHooks` per denoiser, by component name."""
@@ -86,7 +85,7 @@ class ForecastPipeline(SpeculativePipeline):
         if not denoisers(target):
             raise ValueError(
                 f"{type(target).__name__} has no `transformer` component (UNet pipelines are not supported "
-                f"by {config.method!r}); supported transformers: {', '.join(SUPPORTED_TRANSFORMERS)}"
+                f"by {config.method!r}); supported transformers: {', '.join(supported())}"
             )
         if not isinstance(config, (ForecastConfig, SpecaConfig)):
             raise ValueError(f"{type(config).__name__} is not a forecast config")

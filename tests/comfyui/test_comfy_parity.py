@@ -12,8 +12,8 @@ from comfy_fakes import DiffusersToy, euler_cfg, make_inputs, sample, toy_patche
 
 from diffspec.comfyui import apply_forecast, forecast_of
 from diffspec.config import ForecastConfig, SpecaConfig
-from diffspec.forecast.blocks import BLOCK_OUTPUT_LAYOUTS
 from diffspec.forecast.hooks import ForecastHooks
+from diffspec.forecast.profiles import BLOCKS, BlockProfile
 from diffspec.stats import SpecStats
 
 STEPS = 16
@@ -22,8 +22,8 @@ COUNTERS = ("full_steps", "forecast_steps", "target_calls", "draft_calls", "acce
 
 @pytest.fixture(autouse=True)
 def _flux_like_layout(monkeypatch):
-    monkeypatch.setitem(BLOCK_OUTPUT_LAYOUTS, "DiffusersDouble", (1, 0))  # returns (encoder, hidden)
-    monkeypatch.setitem(BLOCK_OUTPUT_LAYOUTS, "DiffusersSingle", (0, None))  # (a tensor; spares a diffusers import)
+    monkeypatch.setitem(BLOCKS, "DiffusersDouble", BlockProfile("DiffusersDouble", (1, 0)))  # returns (encoder, hidden)
+    monkeypatch.setitem(BLOCKS, "DiffusersSingle", BlockProfile("DiffusersSingle", (0, None)))  # (a tensor; spares a diffusers import)
 
 
 def _diffusers_run(patcher, config, x0, sigmas, contexts):

@@ -1,7 +1,22 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
 from diffspec.forecast.hooks import ForecastHooks
+from diffspec.forecast.profiles import PROFILES
+
+
+@pytest.fixture
+def override_profile(monkeypatch):
+    """``override_profile(model, between_block_args=())``: for this test, the row of ``model``'s class with those
+    fields changed (hooks made afterwards read it)."""
+
+    def override(model, **changes):
+        name = type(model).__name__
+        monkeypatch.setitem(PROFILES, name, replace(PROFILES[name], **changes))
+
+    return override
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""ControlNet residuals that the transformer adds to a list's stream between its blocks (BETWEEN_BLOCK_ARGS).
+"""ControlNet residuals that the transformer adds to a list's stream between its blocks (``between_block_args``).
 
 A full step's list residual already holds what is added after its blocks but the last, so a block-granularity draft
 must not add it again on top of the forecast: the list's last block takes the stream its first block drafted.
@@ -12,8 +12,9 @@ import torch
 
 import diffspec.forecast.hooks as hooks_module
 from diffspec.config import ForecastConfig, SpecaConfig
-from diffspec.forecast.blocks import BETWEEN_BLOCK_ARGS, find_block_lists
+from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.hooks import ForecastHooks
+from diffspec.forecast.profiles import profile_of
 from diffspec.stats import SpecStats
 from diffspec.testing.random_transformers import (
     build_flux_controlnet,
@@ -103,10 +104,10 @@ def _rel(out, baseline):
     return float((out - baseline).norm() / baseline.norm())
 
 
-def test_the_table_names_each_tested_class_argument():
+def test_the_profiles_name_each_tested_class_argument():
     for name, samples in SAMPLES.items():
-        cls = type(build_transformer(name)).__name__
-        assert set(samples) <= set(BETWEEN_BLOCK_ARGS[cls]), cls
+        profile = profile_of(build_transformer(name))
+        assert set(samples) <= set(profile.between_block_args), profile.name
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -122,7 +123,7 @@ def test_interval_one_is_bit_identical_and_detach_restores(name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_residuals_inside_a_list_are_not_added_twice_on_drafts(name, monkeypatch):
+def test_residuals_inside_a_list_are_not_added_twice_on_drafts(name, override_profile):
     """Measured (20 steps, batch 2, default ForecastConfig), relative error vs the baseline with / without the fix:
     flux 0.0014 / 0.066, sd3 0.0030 / 0.075, qwenimage 0.0023 / 0.082, sana 0.0030 / 0.116, chroma 0.0024 / 0.056,
     zimage 0.037 / 0.104. speca with every draft accepted (its verified last block on the drafted input) likewise."""
@@ -130,7 +131,7 @@ def test_residuals_inside_a_list_are_not_added_twice_on_drafts(name, monkeypatch
     baseline = _loop(model, x0, call, ts)
     accept = SpecaConfig(tau0=1e9, beta=1.0, tau_min=1e9, k_max=4, k_min=0, order=2)
     fixed = [_rel(_run(model, x0, call, ts, cfg)[0], baseline) for cfg in (ForecastConfig(), accept)]
-    monkeypatch.setattr(hooks_module, "BETWEEN_BLOCK_ARGS", {})
+    override_profile(model, between_block_args=())
     twice = [_rel(_run(model, x0, call, ts, cfg)[0], baseline) for cfg in (ForecastConfig(), accept)]
     print(f"{name}: taylor {fixed[0]:.4f} (without the fix {twice[0]:.4f}), "
           f"speca {fixed[1]:.4f} (without {twice[1]:.4f})")
@@ -168,7 +169,7 @@ def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(scale_row_er
     torch.testing.assert_close(split[1], baseline[1], rtol=1e-4, atol=1e-5)
 
 
-def test_through_a_tiny_flux_controlnet(monkeypatch):
+def test_through_a_tiny_flux_controlnet(override_profile):
     """The residuals of a real (tiny, random) FluxControlNetModel, called on the current latents at every step as
     FluxControlNetPipeline calls it (one double sample for two double blocks, three single samples)."""
     name = "tiny-flux"
@@ -195,7 +196,7 @@ def test_through_a_tiny_flux_controlnet(monkeypatch):
     out, _ = _run(model, x0, controlled, ts, ForecastConfig(interval=1))
     assert torch.equal(out, baseline)
     fixed = _rel(_run(model, x0, controlled, ts, ForecastConfig())[0], baseline)
-    monkeypatch.setattr(hooks_module, "BETWEEN_BLOCK_ARGS", {})
+    override_profile(model, between_block_args=())
     twice = _rel(_run(model, x0, controlled, ts, ForecastConfig())[0], baseline)
     print(f"FluxControlNetModel: taylor {fixed:.4f} (without the fix {twice:.4f})")
     assert fixed < 0.5 * twice

@@ -225,7 +225,7 @@ def test_side_output_lists_are_skipped_on_drafts_and_cache_nothing():
     assert hooks.stats.forecast_steps > 0 and torch.isfinite(out).all()
 
 
-def test_modules_between_blocks_are_zero_on_drafts(monkeypatch):
+def test_modules_between_blocks_are_zero_on_drafts(override_profile):
     """ConsisID adds a face perceiver cross-attention's output to the stream after every other block, outside the
     blocks. The list's residual already carries it: on a draft none runs (adding it again would count it twice),
     and detaching restores them."""
@@ -248,7 +248,7 @@ def test_modules_between_blocks_are_zero_on_drafts(monkeypatch):
     out, stats = run()
     assert stats.forecast_steps > 0 and ran["n"] == len(model.perceiver_cross_attention) * stats.full_steps
     rel = (out - baseline).norm() / baseline.norm()
-    monkeypatch.setattr(hooks_module, "INTERLEAVED_MODULES", {})
+    override_profile(model, interleaved_modules=())
     twice, _ = run()  # the modules run on drafts too, on top of the forecast
     assert rel < 0.5 * (twice - baseline).norm() / baseline.norm()
     ran["n"] = 0
@@ -289,18 +289,6 @@ def test_per_token_timesteps_with_a_clean_conditioning_frame_are_tracked():
     assert runs[1] == runs[0] == (full, 12 - full)
 
 
-def test_dreamlite_unet_transformer_is_refused_with_the_reason():
-    """DreamLite's transformer is a spatial block of its U-Net, called without a timestep: refused by name."""
-    from diffusers import DreamLiteTransformer2DModel
-
-    model = DreamLiteTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=16, num_layers=2,
-                                        norm_num_groups=4, cross_attention_dim=8)
-    with pytest.raises(ValueError, match="DreamLiteTransformer2DModel is not supported.*without a timestep"):
-        find_block_lists(model)
-    with pytest.raises(ValueError, match="DreamLiteTransformer2DModel"):
-        ForecastHooks(model, ForecastConfig(blocks=("transformer_blocks",)), SpecStats())
-
-
 def test_interleaved_modules_add_nothing_on_drafts():
     """Wan-Animate's face adapters run between blocks and add to the stream: a draft runs none of them inside the
     forecast list (its residual carries them), and the forecast stays close to the baseline; detach restores them."""
@@ -320,30 +308,6 @@ def test_interleaved_modules_add_nothing_on_drafts():
     hooks.detach()
     assert torch.equal(_loop(model, x0, call, ts), baseline)
 
-
-@pytest.mark.parametrize("cls,config", [
-    ("Cosmos3OmniTransformer", dict(head_dim=16, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                                    num_hidden_layers=2, num_key_value_heads=1, vocab_size=64, latent_channel=4,
-                                    patch_latent_dim=16, rope_axes_dim=(4, 2, 2))),
-    ("WanAnimate2Transformer3DModel", dict(in_dim=12, dim=32, ffn_dim=64, freq_dim=32, text_dim=24, out_dim=4,
-                                           num_heads=2, num_layers=2, text_len=8)),
-    ("AnyFlowFARTransformer3DModel", dict(num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
-                                          text_dim=24, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=32)),
-    ("SanaWMLTX2RefinerTransformer3DModel", dict(in_channels=4, out_channels=4, num_attention_heads=2,
-                                                 attention_head_dim=16, cross_attention_dim=32, audio_in_channels=4,
-                                                 audio_out_channels=4, audio_num_attention_heads=2,
-                                                 audio_attention_head_dim=8, audio_cross_attention_dim=16,
-                                                 num_layers=2, caption_channels=24)),
-])
-def test_unsupported_transformers_are_refused_with_the_reason(cls, config):
-    import diffusers
-
-    model = getattr(diffusers, cls)(**config)
-    with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
-        ForecastHooks(model, ForecastConfig(), SpecStats())
-    with pytest.raises(ValueError, match=f"{cls} is not supported by block forecasting: it is a transformer whose "):
-        find_block_lists(model, {"Cosmos3OmniTransformer": ("layers",),
-                                 "SanaWMLTX2RefinerTransformer3DModel": ("transformer_blocks",)}.get(cls, ("blocks",)))
 
 def test_nested_block_lists_by_dotted_name_flux3_image_to_image():
     """FLUX.3 keeps its image mode lists in a ModuleDict (``mode_blocks.image``): they are found by dotted name, in

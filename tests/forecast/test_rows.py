@@ -57,7 +57,7 @@ def test_take_call_rows_names_positional_arguments_and_merge_restores_the_rows()
 
 
 def test_merge_takes_the_rows_of_a_whole_batch_part():
-    """A whole-batch recompute (BATCH_COUPLED_TRANSFORMERS) merges just the recomputed rows."""
+    """A whole-batch recompute (a ``batch_coupled`` profile) merges just the recomputed rows."""
     index, whole, full = torch.tensor([2, 0]), torch.zeros(3, 2), torch.arange(6.0).reshape(3, 2)
     merged = merge_rows(index, (full,), (whole,))[0]
     assert torch.equal(merged, torch.tensor([[0.0, 1.0], [0.0, 0.0], [4.0, 5.0]]))

@@ -1,4 +1,4 @@
-"""Block lists cut in two (SPLIT_BLOCK_LISTS): Motif-Video's DDT decoder is forecast as a list of its own."""
+"""Block lists cut in two (a profile's ``split_list``): Motif-Video's DDT decoder is forecast as a list of its own."""
 
 import torch
 

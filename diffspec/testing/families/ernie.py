@@ -36,7 +36,7 @@ def _init(model: nn.Module) -> None:
 FAMILIES = {"ernie": Family(cls="ErnieImageTransformer2DModel", make_call=_call, timesteps="flow1000", init=_init)}
 
 SPECS = {
-    # one block list over the [image, text] sequence, sequence-first (S, B, D) between blocks (SEQUENCE_FIRST_BLOCKS);
+    # one block list over the [image, text] sequence, sequence-first (S, B, D) between blocks (its block profile);
     # sum(rope_axes_dim) = head dim 16; in_channels = 4 latent channels x 2x2 patch
     "tiny-ernie": TransformerSpec(
         "tiny-ernie", "ernie",

@@ -37,7 +37,7 @@ FAMILIES = {"flux3": Family(cls="Flux3Transformer2DModel", make_call=_call, time
 
 SPECS = {
     # head dim 16 = the four rope axes (t, h, w, l); in_channels = 4 latent channels x 2x2 patch. Block lists (in
-    # execution order): text mode blocks, image mode blocks, joint single blocks (DEFAULT_BLOCK_LISTS)
+    # execution order): text mode blocks, image mode blocks, joint single blocks (its profile's block_lists)
     "tiny-flux3": TransformerSpec(
         "tiny-flux3", "flux3",
         dict(in_channels=16, cond_in_channels=16, num_layers=2, num_single_layers=2, attention_head_dim=16,

@@ -20,7 +20,7 @@ def _call(spec: TransformerSpec, batch: int, rand: Rand, device: str | torch.dev
     c = cfg["in_channels"]
     latents = rand(batch, c, window, hw, hw)  # (B, C, F, H, W)
     # Llama hidden states (template prefix cropped) padded to max_sequence_length, and their mask; CLIP pooled. With
-    # batch_size == 1 the model trims the text stream to the prompt (forecast rows: BATCH_COUPLED_TRANSFORMERS)
+    # batch_size == 1 the model trims the text stream to the prompt (its profile: batch_coupled)
     text = rand(batch, spec.text_tokens, cfg["text_embed_dim"])
     mask = text_mask(batch, spec.text_tokens, device)
     pooled = rand(batch, cfg["pooled_projection_dim"])

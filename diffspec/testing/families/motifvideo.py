@@ -2,7 +2,7 @@
 
 Dual-stream blocks, single-stream blocks, then (released config) a DDT decoder: the last ``num_decoder_layers`` single
 blocks restart from the patch embeddings with the encoder's output as their second stream; they are forecast as a list
-of their own (``SPLIT_BLOCK_LISTS``).
+of their own (its profile's ``split_list``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Qwen-Image 2.1 (``QwenImage21Transformer2DModel``, called as ``QwenImage21Pipeline`` calls it with
-``use_kv_cache=False``: the prefix KV cache is refused by the hooks, see :data:`~diffspec.forecast.hooks.REFUSED_ARGS`)."""
+``use_kv_cache=False``: the prefix KV cache is refused by the hooks, see its row in :mod:`diffspec.forecast.profiles`)."""
 
 from __future__ import annotations
 
