@@ -1,8 +1,28 @@
-"""A benchmark JSON as a markdown table (what ``diffspec bench`` prints and the README cites)."""
+"""Benchmark JSON as markdown tables: what ``diffspec bench`` prints and what the docs pages show.
+
+The docs' tables are generated: a page holds ``<!-- report:NAME -->`` ... ``<!-- /report:NAME -->``
+and ``python -m diffspec.bench.report`` writes between them the table of ``benchmarks/results/NAME.json``
+(its source, machine and weights above it, its noisy arms below). ``--check`` changes nothing and exits 1
+when a page differs from what the committed JSON gives.
+
+Example:
+    >>> from pathlib import Path
+    >>> text = Path("docs/benchmarks/diffusion.md").read_text()  # doctest: +SKIP
+    >>> render_page(text, Path("benchmarks/results")) == text  # doctest: +SKIP
+    True
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
 from typing import Any
+
+NOISY_SPREAD = 0.2  # an arm whose timed repeats spread over 20% of their median is marked noisy
+MARKER = re.compile(r"<!-- report:(?P<name>[\w.\-]+) -->\n.*?<!-- /report:(?P=name) -->", re.S)
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -149,3 +169,97 @@ def headline(doc: dict[str, Any]) -> str:
         length = f"{w['tokens']} tokens"
     return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, "
             f"batch {w['batch']}, {doc['model']['dtype']}")
+
+
+def weights(doc: dict[str, Any]) -> str:
+    """Whether the benchmarked weights were random or trained, as the JSON records it."""
+    if doc.get("suite") == "kernels":
+        return "none (kernels alone)"
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    recorded = model.get("weights")
+    if recorded is None:
+        return "not recorded"
+    return "trained" if str(recorded).startswith("trained") else "random"
+
+
+def _arm(run: dict[str, Any]) -> str:
+    name = str(run.get("method", "?"))
+    if "kernel" in run:
+        config = run.get("config", {})
+        detail = config.get("arm") or ", ".join(f"{k}={v}" for k, v in config.items())
+        name = (name if name.startswith(run["kernel"]) else f"{run['kernel']} {name}") + f" ({detail})"
+    if "budget_evals" in run:
+        name += f" @{run['budget_evals']:g}"
+    if "batch" in run:
+        name += f" batch {run['batch']}"
+    return name
+
+
+def noisy_arms(doc: dict[str, Any], limit: float = NOISY_SPREAD) -> list[tuple[str, float]]:
+    """Arms whose timed repeats spread (max - min) over ``limit`` of their median: ``(arm, spread)``.
+
+    Example:
+        >>> noisy_arms({"runs": [{"method": "a", "latency_s": {"median": 1.0, "min": 0.9, "max": 1.5, "n": 3}}]})
+        [('a', 0.6)]
+    """
+    noisy = []
+    for run in doc.get("runs", []):
+        timing = run.get("latency_s") or run.get("wall_s")
+        if not isinstance(timing, dict) or timing.get("n", 0) < 2 or not timing.get("median"):
+            continue
+        spread = (timing["max"] - timing["min"]) / timing["median"]
+        if spread > limit:
+            noisy.append((_arm(run), round(spread, 3)))
+    return noisy
+
+
+def report_block(doc: dict[str, Any], name: str) -> str:
+    """The generated body for ``name``: source, machine and weights, the table, its noisy arms."""
+    lines = [f"Source: `benchmarks/results/{name}.json`: {headline(doc)}; weights: {weights(doc)}. "
+             "Speedups are against the baseline of this run.", "", markdown_table(doc)]
+    noisy = noisy_arms(doc)
+    if noisy:
+        arms = ", ".join(f"`{arm}` ({spread:.0%})" for arm, spread in noisy)
+        lines += ["", f"Noisy (timed repeats spread over {NOISY_SPREAD:.0%} of their median; "
+                      f"rerun with more repeats before quoting their time): {arms}."]
+    return "\n".join(lines)
+
+
+def render_page(text: str, results: Path) -> str:
+    """``text`` with every report block regenerated from ``results/NAME.json``.
+
+    Raises:
+        FileNotFoundError: a block names a JSON that ``results`` does not hold.
+    """
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        doc = json.loads((results / f"{name}.json").read_text())
+        return f"<!-- report:{name} -->\n{report_block(doc, name)}\n<!-- /report:{name} -->"
+
+    return MARKER.sub(block, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate the docs' benchmark tables (``--check``: only report the pages that differ, exit 1)."""
+    parser = argparse.ArgumentParser(prog="python -m diffspec.bench.report", description=main.__doc__)
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="folder of markdown pages (default: docs)")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results"),
+                        help="folder of benchmark JSON (default: benchmarks/results)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for page in sorted(args.docs.rglob("*.md")):
+        text = page.read_text()
+        new = render_page(text, args.results)
+        if new != text:
+            stale.append(page)
+            if not args.check:
+                page.write_text(new)
+    verb = "out of date (run python -m diffspec.bench.report)" if args.check else "regenerated"
+    for page in stale:
+        print(f"{page}: {verb}")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
