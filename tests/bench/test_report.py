@@ -23,6 +23,11 @@ def test_committed_docs_tables_match_the_committed_json():
     assert main(["--check", "--docs", str(ROOT / "docs"), "--results", str(ROOT / "benchmarks/results")]) == 0
 
 
+def test_docs_pages_hold_generated_tables():
+    pages = "".join(p.read_text() for p in (ROOT / "docs").rglob("*.md"))
+    assert pages.count("<!-- report:") >= 5
+
+
 def test_a_block_gets_source_machine_weights_table_and_noisy_arms(tmp_path):
     (tmp_path / "tiny.json").write_text(json.dumps(_tiny_doc()))
     page = "intro\n<!-- report:tiny -->\nstale\n<!-- /report:tiny -->\nafter\n"
