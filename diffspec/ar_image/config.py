@@ -74,7 +74,7 @@ class SJDConfig(ARSamplingConfig):
             is used as its q) or ``"uniform-onehot"`` (a uniform random token with q one-hot on
             it, as the official code). All three are exact. With a window covering the image only
             the first round's drafts are inits, and a flat first context (``"repeat"``) settles in
-            far fewer calls than a noise image on the shipped models (README, AR image benchmarks).
+            far fewer calls than a noise image on the shipped models (docs/benchmarks/ar-image.md).
         temperature, top_k, top_p: see :class:`ARSamplingConfig`.
         cuda_graphs: after one eager round, replay every round (target call, acceptance, re-drafts) from one
             CUDA graph (:func:`~diffspec.ar_image.jacobi.jacobi_sample`); needs a CUDA target and CUDA generators
@@ -275,7 +275,7 @@ class GSDConfig(ARSamplingConfig):
         depth, follow: residual alternatives' offsets with siblings and chain drafts copied under each
             (see :class:`MCSJDRAConfig`); used when ``width > 0``. ``depth`` defaults to 16, twice ``mc-sjd-ra``'s:
             rounds run longer under the relaxed test, and on ``tiny-ar-tex`` 16 gained 1.05x over the Jacobi
-            loop's compression against 1.03x for 8 (README).
+            loop's compression against 1.03x for 8 (docs/benchmarks/ar-image.md).
         init, temperature, top_k, top_p: see :class:`SJDConfig`.
 
     Example:

@@ -1,4 +1,4 @@
-"""Benchmark suites writing the JSON of DESIGN.md section 5 (``diffspec bench SUITE --out FILE``).
+"""Benchmark suites writing the benchmark JSON (docs/benchmarks/index.md) (``diffspec bench SUITE --out FILE``).
 
 Example:
     >>> from diffspec.bench import run_bench

@@ -165,7 +165,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
                  dtype: str | None = None, batch: int | None = None, repeats: int = 3, warmup: int = 1,
                  quality_samples: int = 1000, guidance_scale: float | None = None, overrides: dict[str, Any] | None = None,
                  show_progress: bool = True, **_: Any) -> dict[str, Any]:
-    """Run the suite and return the JSON document (DESIGN.md section 5).
+    """Run the suite and return the JSON document (the benchmark JSON, docs/benchmarks/index.md).
 
     ``guidance_scale=None`` uses the target's default (3 for ``tiny-ar``). ``overrides`` (``--set``) apply to every speculative arm (e.g. ``window=32``, ``top_k=100``,
     ``temperature=0.9``); sampling settings also apply to the baseline, so every arm samples the
@@ -291,7 +291,7 @@ def run_ar_image(model: str = "tiny-ar", *, methods: list[str] | None = None, de
         "peers_not_run": {
             "official SJD (tyshiwo1/Accelerating-T2I-AR-with-SJD) and MC-SJD / SCD (junhyukso/SCD)": "they need "
             "their own transformers pin (4.47) in the process; run them side by side on tiny-ar with "
-            "scripts/ar_image_official_peers.py (checkouts given by path; see the README)",
+            "scripts/ar_image_official_peers.py (checkouts given by path; see docs/benchmarks/ar-image.md)",
             "official LANTERN / LANTERN++ (jadohu/LANTERN)": "scripts for LlamaGen/Anole hub checkpoints with "
             "their trained drafters on CUDA; no hub and no GPU here",
         },

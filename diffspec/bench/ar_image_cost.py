@@ -243,7 +243,7 @@ def run_ar_image_cost(model: str = "tiny", *, methods: list[str] | None = None, 
                       dtype: str | None = None, batch: int | None = None, repeats: int = 10, warmup: int = 3,
                       overrides: dict[str, Any] | None = None, allow_cpu: bool = False,
                       show_progress: bool = True, **_: Any) -> dict[str, Any]:
-    """Run the suite and return its JSON document (DESIGN.md section 5 plus the cost fields).
+    """Run the suite and return its JSON document (the benchmark JSON, docs/benchmarks/index.md, plus the cost fields).
 
     Args:
         model: one of :data:`COST_CONFIGS`, or several comma-separated.

@@ -153,7 +153,7 @@ def project(runs: list[dict[str, Any]], compression: list[dict[str, Any]], sourc
 
 
 def goal_check(runs: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
-    """The issue's goal: <= 5% verification overhead per call at window 64 on the 7B-size config (GPU)."""
+    """The cost target: <= 5% verification overhead per call at window 64 on the 7B-size config (GPU)."""
     text = f"<= {GOAL_OVERHEAD:.0%} verification overhead per call at window {GOAL_WINDOW} on {GOAL_MODEL} (GPU)"
     cells = [r for r in runs if r["part"] == "mc-sjd" and r["config"]["model"] == GOAL_MODEL
              and r["config"]["window"] == GOAL_WINDOW]

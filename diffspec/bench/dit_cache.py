@@ -222,7 +222,7 @@ def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, 
                   show_progress: bool = True, budget_evals: list[float] | None = None,
                   compile: str | None = None, compile_backend: str = "inductor", prompts: list[str] | None = None,
                   call_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run the ``dit-cache`` suite and return the JSON document (DESIGN.md section 5).
+    """Run the ``dit-cache`` suite and return the JSON document (the benchmark JSON, docs/benchmarks/index.md).
 
     ``budget_evals``: the equal-budget mode (:mod:`diffspec.bench.equal_evals`): every arm's knobs are
     searched on calibration seeds for each budget of full evaluations, then all are measured side by side.

@@ -98,7 +98,7 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                         solver_steps: tuple[int, ...] = (10, 20, 25, 50),
                         picard_window: int = 8, picard_tol: float = 0.1, compile: str | None = None,
                         compile_backend: str = "inductor", **_: Any) -> dict[str, Any]:
-    """Run the suite at one or several step counts and return the JSON document (DESIGN.md section 5).
+    """Run the suite at one or several step counts and return the JSON document (the benchmark JSON, docs/benchmarks/index.md).
 
     ``steps`` may be a list (or ``"50,100,250"``): each step count is a group of arms with its own
     baseline. Quality (two-sample tests, FID, accuracy) is measured for the groups in
@@ -150,7 +150,7 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     single = len(step_counts) == 1
     return {
         "suite": "exact-diffusion",
-        "machine": {**machine_info(dev), "load": "loaded shared 2-core CPU (other agents running)"
+        "machine": {**machine_info(dev), "load": "loaded shared 2-core CPU (other jobs running)"
                     if dev.type == "cpu" else None},
         "model": {"name": model, "transformer": type(pipe.transformer).__name__,
                   "params": sum(p.numel() for p in pipe.transformer.parameters()), "dtype": dtype or "float32",

@@ -80,7 +80,7 @@ def run_multimodal(model: str = "tiny-vlm", *, methods: list[str] | None = None,
                    images: int = 16, max_new_tokens: int | None = None, batches: list[int] | None = None,
                    sampling: bool = True, overrides: dict[str, Any] | None = None, show_progress: bool = True,
                    **_: Any) -> dict[str, Any]:
-    """Run the suite and return the JSON document (DESIGN.md section 5).
+    """Run the suite and return the JSON document (the benchmark JSON, docs/benchmarks/index.md).
 
     Args:
         model: ``"tiny-vlm"`` or a folder written by ``scripts/train_tiny_vlm.py``.

@@ -79,7 +79,7 @@ def replay_drafter(drafter: Any, table: torch.Tensor, accept: float, seed: int =
 def run_speech(*, batch: int | None = None, tokens: int = 48, num_draft_tokens: int = 4,
                accepts: tuple[float, ...] = (1.0, 0.6), repeats: int = 3, warmup: int = 1,
                device: str | None = None, show_progress: bool = True, **_: Any) -> dict[str, Any]:
-    """Run the suite and return the JSON document (DESIGN.md section 5); see the module docstring."""
+    """Run the suite and return the JSON document (the benchmark JSON, docs/benchmarks/index.md); see the module docstring."""
     from ..multimodal.loop import speculative_generate
 
     dev = torch.device(device or "cpu")

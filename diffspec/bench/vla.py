@@ -102,7 +102,7 @@ def run_multimodal_action(model: str | None = "tiny-vla", *, methods: list[str] 
                           tolerances: Any = None, sources: Any = None, closed_loop: Any = True,
                           show_progress: bool = True,
                           **_: Any) -> dict[str, Any]:
-    """Run the suite and return the JSON document (DESIGN.md section 5).
+    """Run the suite and return the JSON document (the benchmark JSON, docs/benchmarks/index.md).
 
     Args:
         model: ``"tiny-vla"`` (the shipped trained model, default) or a ``save_pretrained`` folder of one.

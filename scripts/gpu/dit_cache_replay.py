@@ -1,5 +1,5 @@
 """``speca`` on a real-size random-weight DiT replaying the full-step schedule that calibration chose on
-the trained ``tiny-dit`` (issue 4: random weights make the gate's own decisions unrepresentative).
+the trained ``tiny-dit`` (random weights make the gate's own decisions unrepresentative).
 
 The schedule comes from ``diffspec/weights/tiny-dit/diffspec_speca.json`` (its per-step full rate at 50
 steps), thinned to ``n`` full steps by :func:`diffspec.forecast.calibrate.replay_schedule`. One JSON per

@@ -25,7 +25,7 @@ RUN_KEYS = {"method", "peer", "config", "latency_s", "target_calls", "target_eva
 
 
 @pytest.mark.parametrize("model", ["tiny-flux", "tiny-dit-random"])
-def test_loop_suite_writes_the_design_json_with_every_arm(tmp_path, model):
+def test_loop_suite_writes_the_benchmark_json_with_every_arm(tmp_path, model):
     out = tmp_path / "r.json"
     doc = run_bench("dit-cache", out=out, model=model, steps=12, repeats=2, warmup=1, show_progress=False)
     assert json.loads(out.read_text()) == doc
