@@ -15,18 +15,46 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from .report_readers import Column, table
+from .report_readers import fmt as _fmt
+
 NOISY_SPREAD = 0.2  # an arm whose timed repeats spread over 20% of their median is marked noisy
-MARKER = re.compile(r"<!-- report:(?P<name>[\w.\-]+) -->\n.*?<!-- /report:(?P=name) -->", re.S)
+MARKER = re.compile(r"<!-- report:(?P<name>[\w.\-*,]+) -->\n.*?<!-- /report:(?P=name) -->", re.S)
+SHIPPED = Path(__file__).resolve().parents[1] / "weights"  # the trained reference models, one folder each
 
 
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+_READERS = {  # suite (or shape): module and table function, imported when a page needs it
+    "speech": ("speech", "speech_table"),
+    "speech-codec": ("speech", "codec_table"),
+    "multimodal-cost": ("mm_cost_project", "cost_table"),
+    "ar-image-cost": ("ar_image_cost_report", "cost_table"),
+    "multimodal-action": ("vla", "action_table"),
+    "ar-image-official-peers": ("report_readers", "official_peers_table"),
+    "speca-schedule-holdout": ("report_readers", "holdout_table"),
+    "exact-diffusion-compile": ("report_readers", "compile_table"),
+    "comfyui-sampler-smoke": ("report_readers", "comfyui_smoke_table"),
+    "multimodal-long-video-cost": ("report_readers", "long_video_table"),
+    "lantern-tree-sweep": ("report_readers", "tree_sweep_table"),
+    "lantern-diagnosis": ("report_readers", "lantern_diagnosis_table"),
+}
+
+
+def shape(doc: dict[str, Any]) -> str:
+    """The document's kind: its suite, or what the script that wrote it measured."""
+    if "like_with_like" in doc:
+        return "exact-diffusion-compile"
+    if "tv_p_q_mean" in doc:
+        return "lantern-diagnosis"
+    if "script" in doc and "rows" in doc:
+        return Path(doc["script"]).stem.replace("_", "-")
+    return str(doc.get("suite"))
 
 
 def markdown_table(doc: dict[str, Any]) -> str:
@@ -35,46 +63,64 @@ def markdown_table(doc: dict[str, Any]) -> str:
     Example:
         >>> print(markdown_table(json.load(open("benchmarks/results/dit-cache-tiny-dit-cpu.json"))))  # doctest: +SKIP
     """
-    if doc.get("suite") == "exact-diffusion":
+    kind = shape(doc)
+    if kind in _READERS:
+        module, function = _READERS[kind]
+        return getattr(importlib.import_module(f"{__package__}.{module}"), function)(doc)
+    if kind == "exact-diffusion":
         return _exact_table(doc)
-    if doc.get("suite") == "ar-image":
+    if kind == "ar-image":
         return _ar_table(doc)
-    if doc.get("suite") == "multimodal":
+    if kind == "multimodal":
         return _mm_table(doc)
-    if doc.get("suite") == "kernels":
+    if kind == "kernels":
         return _kernels_table(doc)
-    if doc.get("suite") == "speech":
-        from .speech import speech_table
+    return _cache_table(doc)
 
-        return speech_table(doc)
-    if doc.get("suite") == "multimodal-cost":
-        from .mm_cost_project import cost_table
 
-        return cost_table(doc)
-    if doc.get("suite") == "ar-image-cost":
-        from .ar_image_cost_report import cost_table
+def _cache_name(run: dict[str, Any]) -> str:
+    name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
+    if "budget_evals" in run:
+        name += f" @{run['budget_evals']:g}" + (" (over budget)" if run.get("over_budget") else "")
+    return name
 
-        return cost_table(doc)
-    if doc.get("suite") == "multimodal-action":
-        from .vla import action_table
 
-        return action_table(doc)
-    controlnet = any("controlnet_calls" in run for run in doc["runs"])  # a ControlNet workload: its full calls too
-    rows = ["| method | median s | speedup | target calls | evals |" + (" ControlNet calls |" if controlnet else "")
-            + " PSNR dB | SSIM | ref. FID | accuracy |",
-            "|---|---:|---:|---:|---:|" + ("---:|" if controlnet else "") + "---:|---:|---:|---:|"]
-    for run in doc["runs"]:
-        q = run["quality"]
-        name = f"`{run['method']}`" + (" (peer)" if run["peer"] else "")
-        if "budget_evals" in run:
-            name += f" @{run['budget_evals']:g}" + (" (over budget)" if run.get("over_budget") else "")
-        rows.append(
-            f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
-            f"{run['target_calls']}/{run.get('transformer_calls', run['target_calls'])} | {run['target_evals']:.1f} | "
-            + (f"{run.get('controlnet_calls', '-')} | " if controlnet else "")
-            + f"{_fmt(q['psnr'], '.1f')} | {_fmt(q['ssim'], '.3f')} | {_fmt(q['fid'], '.2f')} | {_fmt(q['accuracy'], '.3f')} |"
-        )
-    return "\n".join(rows)
+def _setting(run: dict[str, Any]) -> str:
+    knobs = (run.get("selection") or {}).get("knobs") or {}
+    return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "-"
+
+
+def _paired_accuracy(run: dict[str, Any]) -> str:
+    q = run["quality"]
+    if q.get("accuracy_delta") is None:
+        return "-"
+    return f"{100 * q['accuracy_delta']:+.2f} ± {100 * q['accuracy_delta_se']:.2f}"
+
+
+_CACHE_COLUMNS: list[Column] = [  # dit-cache: every column, then the optional ones only where a run has them
+    ("method", "---", _cache_name),
+    ("median s", "---:", lambda r: f"{r['latency_s']['median']:.3f}"),
+    ("speedup", "---:", lambda r: f"{r['speedup_vs_baseline']:.2f}x"),
+    ("target calls", "---:", lambda r: f"{r['target_calls']}/{r.get('transformer_calls', r['target_calls'])}"),
+    ("evals", "---:", lambda r: f"{r['target_evals']:.1f}"),
+    ("ControlNet calls", "---:", lambda r: r.get("controlnet_calls", "-")),
+    ("PSNR dB", "---:", lambda r: _fmt(r["quality"]["psnr"], ".1f")),
+    ("SSIM", "---:", lambda r: _fmt(r["quality"]["ssim"], ".3f")),
+    ("ref. FID", "---:", lambda r: _fmt(r["quality"]["fid"], ".2f")),
+    ("accuracy", "---:", lambda r: _fmt(r["quality"]["accuracy"], ".3f")),
+    ("accuracy change, paired, points", "---:", _paired_accuracy),
+    ("setting (searched)", "---", _setting),
+]
+_OPTIONAL = {"ControlNet calls": "controlnet_calls", "accuracy change, paired, points": "accuracy_delta",
+             "setting (searched)": "selection"}
+
+
+def _cache_table(doc: dict[str, Any]) -> str:
+    def present(key: str) -> bool:
+        return any(key in run or key in run["quality"] for run in doc["runs"])
+
+    columns = [c for c in _CACHE_COLUMNS if c[0] not in _OPTIONAL or present(_OPTIONAL[c[0]])]
+    return table(doc["runs"], columns)
 
 
 def _exact_table(doc: dict[str, Any]) -> str:
@@ -153,22 +199,34 @@ def _kernels_table(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _device(doc: dict[str, Any]) -> str:
+    machine = doc.get("machine") or (doc.get("eager") or {}).get("machine") or {}
+    return machine if isinstance(machine, str) else machine.get("device", "machine not recorded")
+
+
+def _model_name(doc: dict[str, Any]) -> str:
+    model = doc.get("model") or (doc.get("eager") or {}).get("model") or {}
+    return model.get("name", "?") if isinstance(model, dict) else str(model)
+
+
 def headline(doc: dict[str, Any]) -> str:
     """``suite on model (device), N steps (or tokens), batch B`` for the table's caption."""
-    w = doc["workload"]
-    if doc.get("suite") == "kernels":
+    w = doc.get("workload") or {}
+    kind = shape(doc)
+    if kind == "kernels":
         smoke = " (CPU smoke: no kernel claims)" if w.get("smoke") else ""
-        return f"kernels on {doc['machine']['device']}: copy {doc['copy_gbps']} GB/s{smoke}"
+        return f"kernels on {_device(doc)}: copy {doc['copy_gbps']} GB/s{smoke}"
+    if kind in _READERS or not {"batch", "steps", "tokens", "images"} & set(w):
+        return f"{kind} on {_model_name(doc)} ({_device(doc)})"
     if "images" in w:
         length = f"{w['images']} captions of <= {w['tokens']} tokens, batches {w['batches']}"
-        return f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, {doc['model']['dtype']}"
+        return f"{kind} on {_model_name(doc)} ({_device(doc)}), {length}, {doc['model']['dtype']}"
     if "steps" in w:
         length = ",".join(map(str, w["steps"])) if isinstance(w["steps"], list) else w["steps"]
         length = f"{length} steps"
     else:
         length = f"{w['tokens']} tokens"
-    return (f"{doc['suite']} on {doc['model']['name']} ({doc['machine']['device']}), {length}, "
-            f"batch {w['batch']}, {doc['model']['dtype']}")
+    return f"{kind} on {_model_name(doc)} ({_device(doc)}), {length}, batch {w['batch']}, {doc['model']['dtype']}"
 
 
 def weights(doc: dict[str, Any]) -> str:
@@ -178,7 +236,8 @@ def weights(doc: dict[str, Any]) -> str:
     model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
     recorded = model.get("weights")
     if recorded is None:
-        return "not recorded"
+        name = _model_name(doc)
+        return "trained (shipped)" if (SHIPPED / name).is_dir() else "random" if "random" in name else "not recorded"
     return "trained" if str(recorded).startswith("trained") else "random"
 
 
@@ -228,13 +287,20 @@ def report_block(doc: dict[str, Any], name: str) -> str:
 def render_page(text: str, results: Path) -> str:
     """``text`` with every report block regenerated from ``results/NAME.json``.
 
+    A block whose name holds ``*`` or ``,`` is a table over several files (``report_sets``).
+
     Raises:
         FileNotFoundError: a block names a JSON that ``results`` does not hold.
     """
     def block(match: re.Match[str]) -> str:
         name = match["name"]
-        doc = json.loads((results / f"{name}.json").read_text())
-        return f"<!-- report:{name} -->\n{report_block(doc, name)}\n<!-- /report:{name} -->"
+        if "*" in name or "," in name:
+            from .report_sets import sets_block
+
+            body = sets_block(name, results)
+        else:
+            body = report_block(json.loads((results / f"{name}.json").read_text()), name)
+        return f"<!-- report:{name} -->\n{body}\n<!-- /report:{name} -->"
 
     return MARKER.sub(block, text)
 

@@ -57,3 +57,37 @@ def test_noisy_arms_and_weights_read_the_json_as_recorded():
     assert weights(_tiny_doc()) == "trained"
     assert weights({"model": {"weights": "random (speed does not depend on weight values)"}}) == "random"
     assert weights({"model": {}}) == "not recorded"
+
+
+def _ar_doc(offset: int, arm_fid: float, base_fid: float) -> dict:
+    def run(method, compression, fid, accuracy):
+        return {"method": method, "quality": {"step_compression_per_image": compression, "fid": fid,
+                                              "accuracy": accuracy, "exact": method == "mc-sjd",
+                                              "token_two_sample": {"passed": True, "bonferroni_p": 1.0}}}
+    return {"suite": "ar-image", "machine": {"device": "CPU"}, "model": {"name": "tiny-ar", "weights": "trained"},
+            "workload": {"quality_samples": 100, "seed_offset": offset},
+            "runs": [run("baseline", 1.0, base_fid, 0.5), run("gsd", 7.0 + offset / 1e6, arm_fid, 0.49)]}
+
+
+def test_a_seed_set_block_reads_every_ratio_inside_its_own_file(tmp_path):
+    (tmp_path / "ar-seeds100k.json").write_text(json.dumps(_ar_doc(100_000, 110.0, 100.0)))
+    (tmp_path / "ar-seeds20k.json").write_text(json.dumps(_ar_doc(20_000, 90.0, 100.0)))
+    page = "<!-- report:ar-seeds* -->\n<!-- /report:ar-seeds* -->\n"
+    out = render_page(page, tmp_path)
+    assert "Sources: `benchmarks/results/ar-seeds*.json` (2 files); tiny-ar (trained) on CPU." in out
+    # sets in numeric order; the rises are +10% and -10% against each file's own baseline, mean 0 ± 10
+    assert "| `gsd` (relaxed) | 20k / 100k | 100 | 7.02 / 7.10 | 7.06 ± 0.06x | 90.00 (100.00) / 110.00 (100.00) | " \
+           "+0.0 ± 10.0 | -1.0 | 2/2 pass | - |" in out
+    assert render_page(out, tmp_path) == out
+
+
+def test_json_outside_the_bench_contract_gets_its_own_table():
+    from diffspec.bench.report import markdown_table, shape
+
+    compiled = {"like_with_like": {"baseline": {
+        "eager_latency_s": 2.0, "compiled_latency_s": 1.0, "speedup_vs_baseline_eager": 1.0,
+        "speedup_vs_baseline_compiled": 1.0, "target_calls_compiled": 100, "compiled_graphs_after_warmup": 0}}}
+    assert shape(compiled) == "exact-diffusion-compile"
+    assert "| `baseline` | 2.00 | 1.00 | 1.00 | 1.00 | 100 | 0 |" in markdown_table(compiled)
+    assert shape({"script": "scripts/speca_schedule_holdout.py", "rows": []}) == "speca-schedule-holdout"
+    assert weights({"model": "tiny-dit"}) == "trained (shipped)"
