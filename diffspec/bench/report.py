@@ -143,18 +143,20 @@ def _exact_table(doc: dict[str, Any]) -> str:
 
 
 def _ar_table(doc: dict[str, Any]) -> str:
-    rows = ["| method | median s | speedup | target calls | step compression | calls per chunk | "
-            "token test p (Bonf.) | ref. FID | accuracy | same-seed tokens differ |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| method | median s | speedup | target calls | step compression, timed image | per image, mean (x) | "
+            "calls per chunk | token test p (Bonf.) | ref. FID | accuracy | same-seed tokens differ | TV / token |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for run in doc["runs"]:
         q = run["quality"]
         name = f"`{run['method']}`" + ("" if q.get("exact", True) else " (relaxed)")
         differ = (q.get("same_seed") or {}).get("vs_baseline", {}).get("token_disagreement")
         rows.append(
             f"| {name} | {run['latency_s']['median']:.3f} | {run['speedup_vs_baseline']:.2f}x | "
-            f"{run['target_calls']} | {run['step_compression']:.2f}x | {_fmt(q.get('target_calls_per_chunk'), '.1f')} | "
+            f"{run['target_calls']} | {run['step_compression']:.2f}x | "
+            f"{_fmt(q.get('step_compression_per_image'), '.2f')} | {_fmt(q.get('target_calls_per_chunk'), '.1f')} | "
             f"{_fmt((q.get('token_two_sample') or {}).get('bonferroni_p'), '.3f')} | {_fmt(q['fid'], '.2f')} | "
-            f"{_fmt(q['accuracy'], '.3f')} | {_fmt(differ, '.3f')} |"
+            f"{_fmt(q['accuracy'], '.3f')} | {_fmt(differ, '.3f')} | "
+            f"{_fmt(q.get('relaxed_tv', q.get('tv_budget_mean')), '.3f')} |"
         )
     return "\n".join(rows)
 
