@@ -253,6 +253,8 @@ def _arm(run: dict[str, Any]) -> str:
         name += f" @{run['budget_evals']:g}"
     if "batch" in run:
         name += f" batch {run['batch']}"
+    if "steps" in run:
+        name += f" at {run['steps']} steps"
     return name
 
 
