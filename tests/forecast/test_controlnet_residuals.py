@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-import diffspec.forecast.hooks as hooks_module
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.hooks import ForecastHooks

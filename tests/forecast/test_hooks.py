@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-import diffspec.forecast.hooks as hooks_module
 from diffspec.config import ForecastConfig
 from diffspec.forecast.blocks import find_block_lists
 from diffspec.forecast.gate import Schedule
