@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# GPU measurements, in stages that each fit one 10-minute
-# command of the device tool (run from the repository root there; results land in $OUT).
+# GPU measurements, in stages that each fit one 10-minute command (run from the repository root on a CUDA machine
+# with `.whl/` next to it; results land in $OUT, named after the GPU).
 #
-#   here:   bash scripts/gpu/fetch_wheels.sh          # diffusers, cache-dit -> .whl/
-#   device: run(command="bash scripts/gpu/session.sh kernels", carry=[".whl"], timeout_s=600)
-#           (several stages in one call: session.sh ar-graphs ar-official, with carry=[".whl", ".peers"])
+#   with network:  bash scripts/gpu/fetch_wheels.sh           # diffusers, cache-dit -> .whl/
+#   on the GPU:    bash scripts/gpu/session.sh kernels         # or several stages: session.sh ar-graphs ar-official
+#                  (ar-official also needs .peers/ from scripts/gpu/fetch_peers.sh)
 #
-# Stages, in the order to run them when device time is short (machine starts included):
+# Stages, most decisive first:
 #   kernels  GPU kernel tests, `bench kernels` (GB/s vs copy bandwidth, vs torch/compile/FlashInfer),
 #            `bench kernels --methods outside-model` (share of decode time outside the models)      ~5 min
 #   exact    exact-diffusion on random-weight DiT-XL/2-256, batch 1, 100 and 250 steps,
