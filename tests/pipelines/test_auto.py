@@ -161,3 +161,23 @@ def test_the_choice_holds_on_held_out_seeds_of_tiny_dit(cache):
           f"(PSNR {min(held_out)}..{max(held_out)}; calibration {choice['psnr']} dB)")
     assert rate >= 5 / 6
     spec.disable()
+
+
+def test_cli_generate_records_the_chosen_method_and_calibrate_is_its_explicit_form(cache, tmp_path, capsys):
+    from diffspec.cli import main
+
+    args = ["--model", "tiny-dit", "--steps", "6", "--device", "cpu"]
+    assert main(["calibrate", "--method", "auto", "--quality", "fast", "--samples", "2", *args]) == 0
+    said = capsys.readouterr().out
+    assert "auto (quality 'fast'): " in said and "fewer sequential transformer calls" in said
+    files = set(cache.glob("*.json"))
+    assert main(["generate", "--method", "auto", "--quality", "fast", "--class-labels", "circle,square",
+                 "--guidance-scale", "4", "--out", str(tmp_path / "out"), *args]) == 0
+    assert set(cache.glob("*.json")) == files  # the same settings: the calibration's measurements
+    records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    chosen = json.loads(next(iter(files)).read_text())
+    assert {r["method"] for r in records} <= {"taylor", "speca"} and records[0]["config"]["method"] == records[0]["method"]
+    assert chosen["settings"]["num_inference_steps"] == 6
+    assert main(["generate", "--method", "taylor", "--quality", "fast", "--class-labels", "circle",
+                 "--out", str(tmp_path / "x"), *args]) == 2
+    assert "--quality applies to --method auto" in capsys.readouterr().err
