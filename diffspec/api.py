@@ -14,7 +14,7 @@ from .ar_image.config import GSDConfig, MCSJDConfig, MCSJDRAConfig, SJDConfig, S
 from .ar_image.lantern_config import LanternConfig, LanternPPConfig
 from .ar_image.target import ARImageTarget
 from .checks import check_finite_arguments, named_arguments
-from .config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from .config import AutoConfig, AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
 from .forecast.claims import check_unclaimed
 from .multimodal.action_config import RelaxedActionConfig
 from .multimodal.codec_config import RelaxedCodecConfig
@@ -87,6 +87,16 @@ _REGISTRY: dict[str, MethodInfo] = {
 }
 
 
+AUTO = MethodInfo("auto", "diffusion", False, AutoConfig, "available", "diffspec.pipelines.auto:AutoPipeline",
+                  "the fastest diffusion method that meets a quality target, tuned on the call's own prompts")
+"""``method="auto"`` (:class:`~diffspec.config.AutoConfig`): it picks one of the registered methods, so
+:func:`methods` does not list it."""
+
+
+def _entry(name: str) -> MethodInfo | None:
+    return AUTO if name == AUTO.name else _REGISTRY.get(name)
+
+
 def methods(family: str | None = None, *, available_only: bool = False) -> list[MethodInfo]:
     """The registered methods (name, family, exact/relaxed, config class, status).
 
@@ -133,11 +143,12 @@ def method_info(method: str | MethodConfig) -> MethodInfo:
         ValueError: an unknown name (listing the available methods).
     """
     if isinstance(method, MethodConfig):
-        return _REGISTRY[type(method).method]
-    if not isinstance(method, str) or method not in _REGISTRY:
+        return _entry(type(method).method)  # type: ignore[return-value]
+    if not isinstance(method, str) or _entry(method) is None:
         names = ", ".join(m.name for m in methods(available_only=True))
-        raise ValueError(f"unknown method {method!r}; available methods: {names} (see diffspec.methods())")
-    return _REGISTRY[method]
+        raise ValueError(f"unknown method {method!r}; available methods: {names} (see diffspec.methods()), or "
+                         "'auto' (diffusion)")
+    return _entry(method)  # type: ignore[return-value]
 
 
 def resolve_config(method: str | MethodConfig, overrides: dict[str, Any]) -> tuple[MethodInfo, MethodConfig]:
@@ -161,6 +172,9 @@ def _check_family(method: str | MethodConfig, family: str, target: str, wrap_hin
             is (``wrap_hint``: how to wrap AR image generators, for objects given to ``from_pipe``).
     """
     info = method_info(method)
+    if info is AUTO and family != AUTO.family:
+        raise ValueError(f"method='auto' chooses among the diffusion methods for now, but {target}; name one of its "
+                         f"methods: {', '.join(m.name for m in methods(family, available_only=True))}")
     if info.family != family:
         raise ValueError(
             f"method {info.name!r} is a {info.family} method but {target}; methods for it: "

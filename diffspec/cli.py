@@ -33,6 +33,7 @@ from .cli_args import (
     pixels,
     positive,
     positive_list,
+    quality,
     resolve_device,
     step_counts,
 )
@@ -109,6 +110,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .bench.calibrate import calibrate_model
 
+    if args.method == "auto":
+        return _calibrate_auto(args)
+    if args.quality is not None or args.scheduler is not None:
+        raise UsageError("--quality and --scheduler apply to --method auto")
+
     record, path = calibrate_model(args.model, target_psnr=args.target_psnr, steps=args.steps, samples=args.samples,
                                    device=resolve_device(args.device), dtype=args.dtype, guidance_scale=args.guidance_scale,
                                    out=args.out, overrides=parse_overrides(args.set),
@@ -123,6 +129,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"schedule of {e['full_steps']} full steps ({e['granularity']}, from the {e['start']}): "
               f"{e['psnr']} dB: {e['schedule']}")
     print(f"wrote {path}")
+    return 0
+
+
+def _calibrate_auto(args: argparse.Namespace) -> int:
+    from .batch.command import scheduler_class
+    from .bench.calibrate import calibrate_auto
+    from .pipelines.auto import describe_choice
+
+    if args.set or args.schedules or args.out is not None:
+        raise UsageError("--set, --schedules and --out apply to --method speca")
+    text = _text_workload(args)
+    choice = calibrate_auto(args.model, quality="balanced" if args.quality is None else args.quality,
+                            steps=args.steps or 50, samples=args.samples, guidance_scale=args.guidance_scale,
+                            prompts=text.get("prompts"), call_kwargs=text.get("call_kwargs"),
+                            scheduler=scheduler_class(args.scheduler) if args.scheduler else None,
+                            device=resolve_device(args.device), dtype=args.dtype or "float32")
+    print(f"auto (quality {choice['quality']!r}): {describe_choice(choice)}; {choice['measured']} candidates "
+          f"measured, cached in {choice['cache']}")
     return 0
 
 
@@ -180,6 +204,9 @@ def _add_generate(sub: Any) -> None:
     gen.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
     gen.add_argument("--method", default="taylor", help="acceleration method (see --help)").help_fn = \
         diffusion_methods_help  # the registry loads only to show it
+    gen.add_argument("--quality", type=quality, default=None,
+                     help="with --method auto: exact, high, balanced (default), fast, or a PSNR floor in dB; the "
+                     "method is tuned on the items' own prompts and cached (see docs/auto.md)")
     gen.add_argument("--prompt-file", type=Path,
                      help="*.jsonl (.ndjson, .json) items, or one prompt (class name) per line")
     gen.add_argument("--class-labels", help="comma-separated class names or ids, instead of --prompt-file")
@@ -251,8 +278,16 @@ def _add_bench(sub: Any) -> None:
 
 
 def _add_calibrate(sub: Any) -> None:
-    cal = sub.add_parser("calibrate", help="fit speca's thresholds to a target PSNR; saved next to the model")
+    cal = sub.add_parser("calibrate", help="fit speca's thresholds to a target PSNR (saved next to the model), or "
+                         "choose method auto's method for a quality (cached)")
     cal.add_argument("--model", default="tiny-dit", help="shipped model name or local diffusers folder")
+    cal.add_argument("--method", choices=("speca", "auto"), default="speca",
+                     help="speca (default): its thresholds; auto: the fastest method meeting --quality, measured "
+                     "and cached for `--method auto` at the same settings")
+    cal.add_argument("--quality", type=quality, default=None,
+                     help="--method auto: exact, high, balanced (default), fast, or a PSNR floor in dB")
+    cal.add_argument("--scheduler", default=None, metavar="CLASS",
+                     help="--method auto: a diffusers scheduler class to swap in (e.g. DDPMScheduler)")
     cal.add_argument("--target-psnr", type=finite, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
     cal.add_argument("--steps", type=positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
     cal.add_argument("--samples", type=positive, default=8, help="calibration samples (default 8)")

@@ -96,6 +96,19 @@ def integer(text: str, lo: int, hi: int | None = None) -> int:
     return value
 
 
+def quality(text: str) -> str | float:
+    """``--quality``: a preset name, or a number of dB (checked by ``AutoConfig``).
+
+    Example:
+        >>> quality("balanced"), quality("35")
+        ('balanced', 35.0)
+    """
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def finite(text: str) -> float:
     """A finite number (``nan`` and ``inf`` are refused)."""
     try:

@@ -363,3 +363,46 @@ class AutospecConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         check_lookahead(self.lookahead, self.max_lookahead, self.adaptive)
+
+
+QUALITY_PRESETS: dict[str, float | None] = {"exact": None, "high": 40.0, "balanced": 32.0, "fast": 26.0}
+"""``method="auto"``'s quality presets: the PSNR floor (dB) against the full-compute output of the same seed
+(``"exact"``: exact methods only). Chosen from the ``tiny-dit`` forecast benchmarks (``docs/auto.md``)."""
+
+
+@dataclass(frozen=True)
+class AutoConfig(MethodConfig):
+    """``method="auto"``: the fastest method that meets a quality target, tuned on the call's own prompts.
+
+    Args:
+        quality: a preset of :data:`QUALITY_PRESETS` (``"exact"``: exact methods only; ``"high"``, ``"balanced"``,
+            ``"fast"``: a PSNR floor) or a PSNR floor in dB, in ``(0, 100]``.
+        samples: generations the candidates are measured on (the call's first prompts or labels, seeds 5000 on).
+
+    Example:
+        >>> AutoConfig(quality="balanced").floor
+        32.0
+        >>> AutoConfig(quality=35).floor
+        35.0
+    """
+
+    method: ClassVar[str] = "auto"
+    family: ClassVar[str] = "diffusion"
+    exact: ClassVar[bool] = False
+
+    quality: str | float = "balanced"
+    samples: int = 4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.quality, str):
+            if self.quality not in QUALITY_PRESETS:
+                raise ValueError(f"quality={self.quality!r} is not supported: choose one of "
+                                 f"{', '.join(map(repr, QUALITY_PRESETS))} or a PSNR floor in dB in (0, 100]")
+        else:
+            check_float("quality", self.quality, 0.0, 100.0, lo_open=True)
+        check_int("samples", self.samples, 1, 64)
+
+    @property
+    def floor(self) -> float | None:
+        """The PSNR floor in dB (None: ``"exact"``)."""
+        return QUALITY_PRESETS[self.quality] if isinstance(self.quality, str) else float(self.quality)

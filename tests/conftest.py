@@ -9,7 +9,6 @@ if not torch.cuda.is_available():  # before anything imports triton: @triton.jit
 
 import pytest  # noqa: E402
 
-
 QUICK = (
     # The quick suite, what `pytest -q` runs: every public entry point and every method once, in a few minutes on
     # two cores. Everything else is marked `full` and runs with `pytest -q -m full` (CI runs both). Naming a file or
@@ -18,7 +17,7 @@ QUICK = (
     "tests/test_stats.py",
     # diffusion: taylor, speca, coupling, autospec; the batch CLI; ComfyUI
     "tests/pipelines/test_forecast_pipeline.py", "tests/pipelines/test_call_arguments.py",
-    "tests/pipelines/test_double_wrap.py", "tests/pipelines/test_exact_sampling.py::test_random_dit_samples",
+    "tests/pipelines/test_double_wrap.py", "tests/pipelines/test_auto.py::test_balanced_picks_the_fastest", "tests/pipelines/test_exact_sampling.py::test_random_dit_samples",
     "tests/pipelines/test_exact_sampling.py::test_a_planted_bias", "tests/pipelines/test_exact_sampling.py::test_unsup",
     "tests/forecast/test_taylor.py", "tests/speculation/test_coupling.py", "tests/batch/test_figures.py",
     "tests/batch/test_generate.py::test_jsonl_batch", "tests/batch/test_generate.py::test_bad_input",

@@ -140,6 +140,8 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     import torch
 
     from ..models import SHIPPED_MODELS, load_pipeline, resolve_model_path
+    from ..pipelines.auto import describe_choice
+    from .auto import resolve_auto
     from .lock import check_free
     from .manifest import merge_manifests
     from .media import check_video_format
@@ -148,6 +150,10 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
 
     if args.method == "none" and overrides:
         raise ValueError("--set needs a --method other than 'none'")
+    if args.quality is not None:
+        if args.method != "auto":
+            raise ValueError(f"--quality applies to --method auto, not {args.method!r}")
+        overrides = {**overrides, "quality": args.quality}
     if args.method != "none":
         check_method(args.method, overrides)  # bad --method or --set value: fail before anything else
     items = load_items(args, overrides)
@@ -166,6 +172,9 @@ def run_generate(args: argparse.Namespace, overrides: dict[str, Any], device: st
     if scheduler is not None:  # outputs of another scheduler key apart
         pipe.scheduler = scheduler.from_config(pipe.scheduler.config)
         model = {**model, "scheduler": scheduler.__name__}
+    items, choices = resolve_auto(pipe, items)  # before the items are keyed: their keys name the chosen method
+    for choice in choices:
+        print(f"auto (quality {choice['quality']!r}): {describe_choice(choice)}; cached in {choice['cache']}")
     try:
         with sigterm_unwinds():
             summary = generate_batch(pipe, items, args.out, model=model, dtype=args.dtype, device=device,

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,44 @@ def speca_generator(workload: Workload, seeds: list[int]) -> Generate:
         return images, spec.stats if spec is not None else arm.stats_obj  # type: ignore[attr-defined]
 
     return generate
+
+
+def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced", steps: int = 50, samples: int = 4,
+                   guidance_scale: float | None = None, prompts: Sequence[str] | None = None,
+                   call_kwargs: dict[str, Any] | None = None, scheduler: type | None = None, device: str | None = None,
+                   dtype: str = "float32") -> dict[str, Any]:
+    """``method="auto"``'s choice for a model at these settings, measured now or read from its cache (what
+    ``diffspec calibrate --method auto`` runs; a later ``method="auto"`` call at the same settings reuses it).
+
+    Args:
+        model: a shipped name or local diffusers pipeline folder.
+        prompts: a text-conditioned pipeline's calibration prompts (default: eight varied ones); a
+            class-conditional pipeline is calibrated on its first ``samples`` classes.
+        call_kwargs: more call arguments (``height``, ``width``, ``num_frames``): calibrate at the size you generate.
+        scheduler: a diffusers scheduler class to swap in (e.g. ``DDPMScheduler``, which the exact methods need).
+
+    Example:
+        >>> choice = calibrate_auto("tiny-dit", quality="fast", steps=20)  # doctest: +SKIP
+        >>> choice["method"], choice["psnr"], choice["speedup"]  # doctest: +SKIP
+    """
+    from ..api import SpeculativePipeline
+    from ..models import load_pipeline
+    from .dit_cache_workloads import DEFAULT_PROMPTS
+
+    pipe = load_pipeline(model, dtype=getattr(torch, dtype),
+                         device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    pipe.set_progress_bar_config(disable=True)
+    if scheduler is not None:
+        pipe.scheduler = scheduler.from_config(pipe.scheduler.config)
+    call: dict[str, Any] = {"num_inference_steps": steps, **(call_kwargs or {})}
+    if guidance_scale is not None:
+        call["guidance_scale"] = guidance_scale
+    if "class_labels" in inspect.signature(pipe.__call__).parameters:
+        call["class_labels"] = list(range(samples))
+    else:
+        call["prompt"] = list(prompts or DEFAULT_PROMPTS)
+    spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=quality, samples=samples)
+    try:
+        return spec.calibrate(**call)
+    finally:
+        spec.disable()

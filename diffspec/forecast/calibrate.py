@@ -65,14 +65,12 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
     check_float("target_psnr", target_psnr, 0.0, 100.0, lo_open=True)
     base = base or SpecaConfig()
     reference, _ = generate(None)
-    probe_cfg = base.replace(tau0=1e30, beta=1.0, tau_min=0.0)  # finite: checks run, nothing is rejected
-    _, probe = generate(probe_cfg)
+    _, probe = generate(probe_config(base))
     errors = [e for _, e, _ in (probe.extra.get("checked_errors", []) if probe else [])]
     if not errors:
         raise ValueError("calibration: the probe run checked no draft; lower k_min or raise k_max "
                          f"(k_min={base.k_min}, k_max={base.k_max})")
-    lo, hi = max(min(errors), 1e-8) * 0.5, max(errors) * 1.5
-    taus = [lo * (hi / lo) ** (i / max(tau_points - 1, 1)) for i in range(tau_points)]
+    taus = tau_grid(errors, tau_points)
     grid = []
     for tau0, beta in progress([(t, b) for t in taus for b in betas], desc="calibrate", disable=not show_progress):
         cfg = base.replace(tau0=tau0, beta=beta, tau_min=0.0)
@@ -91,6 +89,24 @@ def calibrate_speca(generate: Generate, *, target_psnr: float = 30.0, base: Spec
             "base": {k: v for k, v in base.to_dict().items() if k not in ("tau0", "beta", "tau_min")},
             "probe_errors": [min(errors), max(errors)],
             "grid": [{k: v for k, v in g.items() if k != "full_rate"} for g in grid]}
+
+
+def probe_config(base: SpecaConfig) -> SpecaConfig:
+    """``base`` with a threshold so high that every check runs and nothing is rejected: the probe run whose
+    verifier errors (``SpecStats.extra["checked_errors"]``) set the range of ``tau0`` to search."""
+    return base.replace(tau0=1e30, beta=1.0, tau_min=0.0)  # finite: checks run
+
+
+def tau_grid(errors: Sequence[float], points: int) -> list[float]:
+    """``points`` values of ``tau0``, log-spaced from half the smallest to 1.5 times the largest verifier error
+    of a probe run (``SpecStats.extra["checked_errors"]``), strictest first.
+
+    Example:
+        >>> [round(t, 3) for t in tau_grid([0.1, 0.4], 3)]
+        [0.05, 0.173, 0.6]
+    """
+    lo, hi = max(min(errors), 1e-8) * 0.5, max(errors) * 1.5
+    return [lo * (hi / lo) ** (i / max(points - 1, 1)) for i in range(points)]
 
 
 def step_full_rate(stats: SpecStats | None) -> list[float] | None:

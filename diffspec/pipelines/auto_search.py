@@ -1,0 +1,192 @@
+"""The search behind ``method="auto"``: measure the diffusion methods on a few calls, keep the fastest that passes.
+
+Candidates, per method (each is one generation of the calibration samples):
+
+- ``coupling`` and ``autospec`` at lookahead 4 and 8, where the pipeline and scheduler allow them
+  (:func:`~diffspec.pipelines.prepare.check_pair`). Exact: they meet every quality target; only their speed is
+  measured. Every preset considers them, ``"exact"`` only them.
+- ``taylor`` at orders 1 and 2, from 75% down to 10% of the steps in full (:data:`TAYLOR_FRACTIONS`).
+- ``speca``: ``tau0`` log-spaced over the verifier errors of a probe run (:func:`~diffspec.forecast.calibrate.
+  tau_grid`) at each ``beta`` of :data:`SPECA_BETAS`.
+
+A relaxed candidate's quality is its mean PSNR against the full-compute output of the same seeds. Each ladder
+(one order, one ``beta``) runs from its safest rung to its fastest and stops at the first rung below the floor, so a
+stricter floor measures less. Speed is :attr:`~diffspec.stats.SpecStats.speedup` over the samples: the plain
+loop's sequential transformer calls over the method's (``steps x branches / target_calls``), which does not depend
+on the device (it leaves out a draft's or verifier's own cost). The fastest candidate that meets the floor and
+makes fewer calls than the plain loop is kept (ties: exact first, then the least work, ``SpecStats.target_evals``
+plus a verifier's, then the higher PSNR).
+
+Example:
+    >>> tuner = Tuner(pipe, samples, AutoCache.for_call(pipe, call), floor=32.0)  # doctest: +SKIP
+    >>> best = choose(tuner.search(), 32.0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..api import SpeculativePipeline
+from ..config import AutospecConfig, CouplingConfig, ForecastConfig, MethodConfig, SpecaConfig
+from ..forecast.calibrate import probe_config, tau_grid
+from ..metrics import psnr
+from ..progress import progress
+from .auto_cache import AutoCache
+
+TAYLOR_FRACTIONS = (0.75, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1)
+"""Shares of the steps ``taylor`` candidates compute in full, safest first."""
+
+TAYLOR_ORDERS = (1, 2)
+SPECA_BETAS = (0.3, 1.0, 3.0)
+SPECA_TAUS = 5
+"""``tau0`` values per ``beta``."""
+
+EXACT_CANDIDATES = (CouplingConfig(lookahead=4), CouplingConfig(lookahead=8), AutospecConfig(lookahead=4),
+                    AutospecConfig(lookahead=8))
+
+CALIBRATION_SEED = 5000
+"""Sample ``i`` of a calibration uses seed ``CALIBRATION_SEED + i``."""
+
+
+def candidate_key(config: MethodConfig) -> str:
+    """The cache key of a candidate: its config as sorted JSON."""
+    return json.dumps(config.to_dict(), sort_keys=True, default=list)
+
+
+def taylor_ladder(steps: int, order: int) -> list[ForecastConfig]:
+    """``taylor`` at ``order`` from the most full steps to the fewest (each above the warmup, below ``steps``).
+
+    Example:
+        >>> [c.full_steps for c in taylor_ladder(20, 1)]
+        [15, 10, 8, 7, 5, 4]
+    """
+    warmup = ForecastConfig().warmup
+    sizes = sorted({round(steps * f) for f in TAYLOR_FRACTIONS if warmup < round(steps * f) < steps}, reverse=True)
+    return [ForecastConfig(order=order, full_steps=n) for n in sizes]
+
+
+def _images(out: Any) -> torch.Tensor:
+    data = getattr(out, "frames", None)
+    data = getattr(out, "images", None) if data is None else data
+    return torch.as_tensor(np.asarray(data, dtype=np.float32))
+
+
+class Tuner:
+    """Measures candidates on the calibration samples, reading and writing ``cache``.
+
+    Args:
+        pipe: the diffusers pipeline.
+        samples: one dict of call arguments per sample (one prompt or label each, no generator).
+        cache: where measurements are kept (a measured candidate is never run again).
+        floor: the PSNR floor (None: exact methods only).
+        show_progress: a progress bar over the candidates run.
+    """
+
+    def __init__(self, pipe: Any, samples: list[dict[str, Any]], cache: AutoCache, floor: float | None,
+                 show_progress: bool = True) -> None:
+        self.pipe, self.samples, self.cache, self.floor = pipe, samples, cache, floor
+        self.refused: dict[str, str] = {}
+        """Method -> why the pipeline refused it (exact methods on a deterministic or unsupported scheduler)."""
+        self._reference: torch.Tensor | None = None
+        self._bar = progress(desc="auto: calibrating", unit="candidate", disable=not show_progress)
+
+    def _generate(self, runner: Any) -> tuple[torch.Tensor, list[Any]]:
+        images, stats = [], []
+        for i, kwargs in enumerate(self.samples):
+            generator = torch.Generator("cpu").manual_seed(CALIBRATION_SEED + i)
+            out = runner(**kwargs, generator=generator, output_type="np")
+            images.append(_images(out))
+            stats.append(copy.deepcopy(getattr(runner, "stats", None)))  # the wrapper resets its own per call
+        return torch.cat(images), stats
+
+    def reference(self) -> torch.Tensor:
+        """The full-compute output of the samples (computed once, when a relaxed candidate needs it)."""
+        if self._reference is None:
+            self._reference = self._generate(self.pipe)[0]
+        return self._reference
+
+    def measure(self, config: MethodConfig) -> dict[str, Any] | None:
+        """``config``'s measurement (from the cache, else run now and stored); None when the pipeline refuses it."""
+        key = candidate_key(config)
+        if (known := self.cache.measured().get(key)) is not None:
+            return known
+        try:
+            runner = SpeculativePipeline.from_pipe(self.pipe, method=config)
+        except ValueError as exc:
+            self.refused.setdefault(config.method, str(exc))
+            return None
+        try:
+            images, stats = self._generate(runner)
+        finally:
+            runner.disable()
+        plain = sum(s.steps * s.branches for s in stats)
+        calls = sum(s.target_calls for s in stats)
+        result = {"method": config.method, "config": config.to_dict(), "exact": config.exact,
+                  "psnr": None if config.exact else psnr(images, self.reference(), 1.0),
+                  "speedup": round(plain / max(calls, 1), 4), "target_calls": calls, "plain_calls": plain,
+                  "evals": round(sum(s.target_evals + s.extra.get("verifier_evals", 0.0) for s in stats), 3),
+                  "samples": len(self.samples)}
+        if config.method == "speca":
+            result["checked_errors"] = [e for s in stats for _, e, _ in s.extra.get("checked_errors", [])]
+        self.cache.put(key, result)
+        self._bar.update(1)
+        return result
+
+    def ladder(self, configs: Iterable[MethodConfig]) -> list[dict[str, Any]]:
+        """Measure ``configs`` (safest first) until one falls below the floor (that one included)."""
+        out = []
+        for config in configs:
+            result = self.measure(config)
+            if result is None:
+                break
+            out.append(result)
+            if result["psnr"] < self.floor:
+                break
+        return out
+
+    def speca_configs(self, beta: float) -> list[SpecaConfig]:
+        """``speca`` at ``beta``, strictest ``tau0`` first, over the range its probe run's verifier errors span."""
+        probe = self.measure(probe_config(SpecaConfig()))  # a measurement only, never a candidate
+        errors = probe.get("checked_errors") if probe else None
+        if not errors:
+            return []
+        return [SpecaConfig(tau0=t, beta=beta, tau_min=0.0) for t in tau_grid(errors, SPECA_TAUS)]
+
+    def search(self) -> list[dict[str, Any]]:
+        """Measure what the floor needs; returns every measurement considered."""
+        try:
+            results = [r for c in EXACT_CANDIDATES if (r := self.measure(c)) is not None]
+            if self.floor is None:
+                return results
+            steps = int(self.samples[0]["num_inference_steps"])
+            for order in TAYLOR_ORDERS:
+                results += self.ladder(taylor_ladder(steps, order))
+            for beta in SPECA_BETAS:
+                results += self.ladder(self.speca_configs(beta))
+            return results
+        finally:
+            self._bar.close()
+
+
+def choose(results: list[dict[str, Any]], floor: float | None) -> dict[str, Any] | None:
+    """The fastest measurement that meets ``floor`` (exact ones always do) and beats the plain loop; None if none.
+
+    Example:
+        >>> runs = [{"exact": False, "psnr": 35.0, "speedup": 2.0}, {"exact": False, "psnr": 28.0, "speedup": 4.0}]
+        >>> choose(runs, 32.0)["speedup"], choose(runs, 26.0)["speedup"], choose(runs, 40.0)
+        (2.0, 4.0, None)
+    """
+    ok = [r for r in results if r["speedup"] > 1.0 and (r["exact"] or (floor is not None and r["psnr"] >= floor))]
+    return max(ok, key=lambda r: (r["speedup"], r["exact"], -r.get("evals", 0.0), r["psnr"] or 100.0), default=None)
+
+
+def best_reachable(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The relaxed measurement with the highest PSNR (ties: faster), for a floor no candidate meets."""
+    relaxed = [r for r in results if not r["exact"]]
+    return max(relaxed, key=lambda r: (r["psnr"], r["speedup"]), default=None)
