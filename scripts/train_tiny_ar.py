@@ -1,7 +1,7 @@
 """Stage 2 of tiny-ar: train the class-conditional LlamaGen GPT on patch-VQ tokens (CPU, seeded), then evaluate.
 
 Needs the tokens written by ``train_tiny_ar_tokenizer.py`` (run that first, in its own process).
-Writes ``<out>/gpt`` (``LlamaGenTransformer.save_pretrained``), the record
+Writes ``<out>/gpt`` (``diffspec.models.save_gpt``, per-row int8 unless ``--save-dtype`` says otherwise), the record
 ``scripts/runs/tiny_ar.json`` (config, steps, losses, wall time, machine, sample quality, per-token
 entropy) and ``scripts/runs/tiny_ar_samples.png`` (one row per class, plain sampling).
 
@@ -32,7 +32,7 @@ from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
 from diffspec.ar_image.targets.patch_vq import PatchVQ
 from diffspec.ar_image.token_stats import per_token_entropy, summarize_entropy
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
-from diffspec.models import class_accuracy, load_ar_target, reference_fid
+from diffspec.models import GPT_STORAGE, class_accuracy, load_ar_target, load_gpt, reference_fid, save_gpt
 from diffspec.stats import SpecStats
 
 RECORD = Path("scripts/runs/tiny_ar.json")
@@ -67,7 +67,7 @@ def train(args: argparse.Namespace, vocab: int, grid: tuple[int, int]) -> tuple[
     config = build_config(vocab, grid, args.dim, args.layers, args.heads)
     model = LlamaGenTransformer(config).train()
     if args.init is not None:  # continue a previous run (fresh optimizer, new cosine cycle)
-        model.load_state_dict(LlamaGenTransformer.from_pretrained(args.init).state_dict())
+        model.load_state_dict(load_gpt(args.init).state_dict())
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
@@ -207,8 +207,9 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--init", type=Path, default=None,
                    help="continue from a saved gpt folder; the run is appended to the record's 'runs'")
-    p.add_argument("--save-dtype", choices=("float32", "float16"), default="float32",
-                   help="dtype of the saved GPT weights (float16 halves the file; the loader casts back to float32)")
+    p.add_argument("--save-dtype", choices=GPT_STORAGE, default="int8",
+                   help="storage of the saved GPT weights (float16 halves the file, per-row int8 quarters it; the "
+                   "loader casts back to float32)")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--no-eval", action="store_true", help="train and save only (evaluate later with --eval-only)")
     p.add_argument("--eval-samples", type=int, default=1000)
@@ -225,7 +226,7 @@ def main() -> None:
     shape_options = tokenizer_record.get("shape_options", {})
     samples_png = args.record.with_name(args.record.stem + "_samples.png")
     if args.eval_only:
-        model = LlamaGenTransformer.from_pretrained(args.out / "gpt")
+        model = load_gpt(args.out / "gpt")
         record = json.loads(args.record.read_text())
     else:
         previous = json.loads(args.record.read_text()) if args.init is not None else None
@@ -236,8 +237,7 @@ def main() -> None:
                       "total_steps": previous.get("total_steps", previous["steps"]) + record["steps"],
                       "total_wall_s": round(sum(r["wall_s"] for r in runs) + record["wall_s"], 1),
                       "runs": [*runs, {k: v for k, v in record.items() if k != "gpt_config"}]}
-        model.to(getattr(torch, args.save_dtype)).save_pretrained(args.out / "gpt")
-        model.float()
+        save_gpt(model, args.out / "gpt", args.save_dtype)
         record["saved_dtype"] = args.save_dtype
         print(f"saved {args.out / 'gpt'} ({args.save_dtype})", flush=True)
     record["tokenizer"] = tokenizer_record

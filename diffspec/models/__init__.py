@@ -54,14 +54,70 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     )
 
 
+GPT_STORAGE = ("float32", "float16", "int8")
+"""How :func:`save_gpt` can store a ``LlamaGenTransformer`` (the shipped GPTs are int8)."""
+
+
+def load_gpt(folder: str | Path, *, device: Any = None, dtype: Any = None) -> Any:
+    """A ``LlamaGenTransformer`` folder written by :func:`save_gpt` (``config.json`` with ``model.safetensors``
+    or with the per-row int8 ``model.int8.safetensors``, dequantized), in eval mode, float32 unless ``dtype``
+    says otherwise.
+
+    Example:
+        >>> load_gpt(resolve_model_path("tiny-ar") / "gpt").config.vocab_size
+        1024
+    """
+    from ..ar_image.targets.llamagen import LlamaGenTransformer
+    from ..ar_image.targets.llamagen_config import LlamaGenConfig, config_from_dict
+    from ..ar_image.targets.llamagen_load import build_and_load
+    from .int8_weights import FILENAME, load_int8_state
+
+    folder = Path(folder)
+    if not (folder / FILENAME).is_file():
+        return LlamaGenTransformer.from_pretrained(folder, device=device or "cpu", dtype=dtype)
+    config = config_from_dict(LlamaGenConfig, json.loads((folder / "config.json").read_text()))
+    return build_and_load(LlamaGenTransformer, config, load_int8_state(folder), str(folder), device or "cpu", dtype)
+
+
+def save_gpt(model: Any, folder: str | Path, storage: str = "int8") -> Path:
+    """Write a ``LlamaGenTransformer`` as :func:`load_gpt` reads it: ``config.json`` and either
+    ``model.safetensors`` (``storage="float32"`` or ``"float16"``) or ``model.int8.safetensors``
+    (``"int8"``, per-row, :mod:`~diffspec.models.int8_weights`); the folder's other weight file is
+    removed. Returns the weight file written.
+
+    Raises:
+        ValueError: ``storage`` is not one of :data:`GPT_STORAGE`.
+
+    Example:
+        >>> save_gpt(load_gpt("diffspec/weights/tiny-ar/gpt"), "my-gpt").name  # doctest: +SKIP
+        'model.int8.safetensors'
+    """
+    import copy
+
+    import torch
+
+    from .int8_weights import FILENAME, save_int8_state
+
+    if storage not in GPT_STORAGE:
+        raise ValueError(f"storage={storage!r} is not supported; choose one of {', '.join(GPT_STORAGE)}")
+    folder = Path(folder)
+    copy.deepcopy(model).to(torch.float16 if storage == "float16" else torch.float32).save_pretrained(folder)
+    (folder / FILENAME).unlink(missing_ok=True)
+    if storage != "int8":
+        return folder / "model.safetensors"
+    (folder / "model.safetensors").unlink()
+    return save_int8_state(model.state_dict(), folder)
+
+
 def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any = None) -> Any:
     """A shipped AR image model (``"tiny-ar"``) or a folder with ``gpt/`` + ``tokenizer/`` → a ``LlamaGenTarget``.
 
-    ``gpt/`` is a ``LlamaGenTransformer.save_pretrained`` folder, ``tokenizer/`` a
+    ``gpt/`` is a :func:`save_gpt` folder, ``tokenizer/`` a
     ``PatchVQ.save_pretrained`` folder (its decoder and LANTERN codebook); an optional
     ``generation_config.json`` gives the target's ``default_guidance_scale`` and
     ``reference_classifier`` (the ``REFERENCE_CLASSIFIERS`` name that scores its samples, set on the
-    target; ``"shapes"`` when absent). Weights stored in float16 load as float32 unless ``dtype`` says otherwise.
+    target; ``"shapes"`` when absent). Weights stored in float16 or int8 load as float32 unless ``dtype`` says
+    otherwise.
 
     Raises:
         ValueError: unknown name, a folder without ``gpt/config.json`` and ``tokenizer/config.json``,
@@ -72,14 +128,13 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
         >>> target.codebook_size, target.grid
         (1024, (8, 8))
     """
-    from ..ar_image.targets.llamagen import LlamaGenTransformer
     from ..ar_image.targets.llamagen_session import LlamaGenTarget
     from ..ar_image.targets.patch_vq import PatchVQ
 
     folder = resolve_model_path(name_or_path)
     if not is_ar_model_folder(folder):
         raise ValueError(f"{folder} is not an AR image model folder (needs gpt/config.json and tokenizer/config.json)")
-    model = LlamaGenTransformer.from_pretrained(folder / "gpt", device=device or "cpu", dtype=dtype)
+    model = load_gpt(folder / "gpt", device=device, dtype=dtype)
     generation_file = folder / "generation_config.json"
     generation = json.loads(generation_file.read_text()) if generation_file.is_file() else {}
     classifier = generation.get("reference_classifier", "shapes")
@@ -95,6 +150,7 @@ def load_ar_target(name_or_path: str | Path, *, device: Any = None, dtype: Any =
 
 __all__ = [
     "REFERENCE_CLASSIFIERS",
+    "GPT_STORAGE",
     "SHIPPED_MODELS",
     "ShapeClassifier",
     "class_accuracy",
@@ -102,6 +158,7 @@ __all__ = [
     "describe_model",
     "is_ar_model_folder",
     "load_ar_target",
+    "load_gpt",
     "load_pipeline",
     "load_tiny_vlm",
     "model_family",
@@ -111,5 +168,6 @@ __all__ = [
     "reference_fid",
     "resolve_model_path",
     "save_dit_pipeline",
+    "save_gpt",
     "write_id2label",
 ]

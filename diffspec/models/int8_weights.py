@@ -50,18 +50,38 @@ def dequantize(stored: dict[str, torch.Tensor], dtype: torch.dtype = torch.float
     return out
 
 
-def save_int8(model: torch.nn.Module, folder: str | Path) -> Path:
-    """Write ``model``'s config (``save_pretrained`` without weights) and :data:`FILENAME`."""
+def save_int8_state(state_dict: dict[str, torch.Tensor], folder: str | Path) -> Path:
+    """Write :func:`quantize` of ``state_dict`` to ``folder``/:data:`FILENAME` (the folder is made if missing)."""
     from safetensors.torch import save_file
 
+    path = Path(folder) / FILENAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(quantize(state_dict), str(path))
+    return path
+
+
+def load_int8_state(folder: str | Path, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The dequantized state dict of ``folder``/:data:`FILENAME`, in ``dtype``.
+
+    Raises:
+        ValueError: ``folder`` has no :data:`FILENAME`.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(folder) / FILENAME
+    if not path.is_file():
+        raise ValueError(f"{folder} has no {FILENAME} (write it with diffspec.models.int8_weights.save_int8)")
+    return dequantize(load_file(str(path)), dtype)
+
+
+def save_int8(model: torch.nn.Module, folder: str | Path) -> Path:
+    """Write ``model``'s config (``save_pretrained`` without weights) and :data:`FILENAME`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(folder)
-    path = folder / FILENAME
-    save_file(quantize(model.state_dict()), str(path))
-    return path
+    return save_int8_state(model.state_dict(), folder)
 
 
 def load_int8(model_cls: type, folder: str | Path, *, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -70,20 +90,16 @@ def load_int8(model_cls: type, folder: str | Path, *, dtype: torch.dtype = torch
     Raises:
         ValueError: ``folder`` has no :data:`FILENAME`.
     """
-    from safetensors.torch import load_file
     from transformers import AutoConfig, GenerationConfig
 
     folder = Path(folder)
-    path = folder / FILENAME
-    if not path.is_file():
-        raise ValueError(f"{folder} has no {FILENAME} (write it with diffspec.models.int8_weights.save_int8)")
+    state = load_int8_state(folder, dtype)
     model = model_cls(AutoConfig.from_pretrained(folder))
-    state = dequantize(load_file(str(path)), dtype)
     tied = set(getattr(model, "_tied_weights_keys", None) or ())
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
-        raise ValueError(f"{path} does not match {model_cls.__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}")
+        raise ValueError(f"{folder / FILENAME} does not match {model_cls.__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}")
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     return model.to(dtype).eval()

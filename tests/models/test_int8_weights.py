@@ -46,3 +46,26 @@ def test_missing_or_mismatched_weights_are_clear_errors(tmp_path):
     small.config.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="does not match LlamaForCausalLM: missing"):
         load_int8(LlamaForCausalLM, tmp_path)
+
+
+@pytest.mark.parametrize(("storage", "file", "tolerance"), [("float32", "model.safetensors", 0.0),
+                                                            ("float16", "model.safetensors", 1e-3),
+                                                            ("int8", FILENAME, 1 / 254)])
+def test_a_llamagen_gpt_round_trips_in_each_storage(tmp_path, storage, file, tolerance):
+    from diffspec.ar_image.targets.llamagen import LlamaGenTransformer
+    from diffspec.ar_image.targets.llamagen_config import LlamaGenConfig
+    from diffspec.models import load_gpt, save_gpt
+
+    torch.manual_seed(0)
+    config = LlamaGenConfig(dim=64, n_layer=2, n_head=2, vocab_size=128, num_classes=10, block_size=16, multiple_of=16)
+    model = LlamaGenTransformer(config).eval()
+    save_gpt(model, tmp_path, "int8" if storage != "int8" else "float32")  # the other weight file is replaced
+    assert save_gpt(model, tmp_path, storage) == tmp_path / file
+    assert sorted(p.name for p in tmp_path.glob("*.safetensors")) == [file]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the saved model is left as it was
+    loaded = load_gpt(tmp_path)
+    for name, p in model.state_dict().items():
+        q = loaded.state_dict()[name]
+        assert q.dtype == torch.float32 and (q - p).abs().max() <= tolerance * p.abs().max() + 1e-7, name
+    with pytest.raises(ValueError, match="storage='bfloat16' is not supported"):
+        save_gpt(model, tmp_path, "bfloat16")

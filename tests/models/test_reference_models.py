@@ -68,3 +68,20 @@ def test_shipped_dit_samples_are_recognisable_by_the_classifier():
     images = pipe(class_labels=labels.tolist(), generator=generators, num_inference_steps=25, guidance_scale=4.0,
                   output_type="pt").images
     assert class_accuracy(images * 2 - 1, labels) > 0.35
+
+
+def test_shipped_weights_fit_their_budget():
+    """All of diffspec/weights stays within 20,000,000 bytes (narrow storage: ``scripts/store_weights.py``)."""
+    from diffspec.models import WEIGHTS
+
+    assert sum(p.stat().st_size for p in WEIGHTS.rglob("*") if p.is_file()) <= 20_000_000
+
+
+@pytest.mark.parametrize("model", ["tiny-ar", "tiny-ar-tex", "tiny-ar-noisy"])
+def test_shipped_gpts_are_stored_int8_and_load_as_float32(model):
+    from diffspec.models import load_gpt
+    from diffspec.models.int8_weights import FILENAME
+
+    folder = SHIPPED_MODELS[model] / "gpt"
+    assert sorted(p.name for p in folder.glob("*.safetensors")) == [FILENAME]
+    assert {p.dtype for p in load_gpt(folder).parameters()} == {torch.float32}

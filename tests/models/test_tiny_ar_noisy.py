@@ -13,13 +13,14 @@ from diffspec.models import (
     load_ar_target,
     reference_fid,
 )
+from diffspec.models.int8_weights import FILENAME
 
 NOISY = {"background": "textured", "texture_strength": 0.7, "noise": 0.4}  # tiny-ar-noisy's data variant
 
 
 def test_tiny_ar_noisy_loads_with_its_classifier():
     folder = SHIPPED_MODELS["tiny-ar-noisy"]
-    assert (folder / "gpt" / "model.safetensors").stat().st_size < 3_000_000
+    assert (folder / "gpt" / FILENAME).stat().st_size < 3_000_000
     target = load_ar_target("tiny-ar-noisy")
     assert target.grid == (8, 8) and target.codebook_size == 1024 and target.num_tokens == 64
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}

@@ -15,6 +15,7 @@ from diffspec.models import (
     load_reference_classifier,
     reference_fid,
 )
+from diffspec.models.int8_weights import FILENAME
 
 TEX = {"background": "textured", "texture_strength": 0.7, "noise": 0.05}  # tiny-ar-tex's data variant
 
@@ -24,10 +25,10 @@ def _stored_dtypes(path) -> set[torch.dtype]:
         return {f.get_tensor(k).dtype for k in f.keys()}
 
 
-def test_tiny_ar_tex_loads_as_float32_from_float16_file():
+def test_tiny_ar_tex_loads_as_float32_from_int8_file():
     folder = SHIPPED_MODELS["tiny-ar-tex"]
-    assert _stored_dtypes(folder / "gpt" / "model.safetensors") == {torch.float16}
-    assert (folder / "gpt" / "model.safetensors").stat().st_size < 3_000_000
+    assert _stored_dtypes(folder / "gpt" / FILENAME) == {torch.int8, torch.float16}
+    assert (folder / "gpt" / FILENAME).stat().st_size < 3_000_000
     target = load_ar_target("tiny-ar-tex")
     assert target.grid == (8, 8) and target.codebook_size == 1024 and target.num_tokens == 64
     assert {p.dtype for p in target.model.parameters()} == {torch.float32}
