@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from ..multimodal import accept as _accept
 from ..multimodal import loop as _loop
 from ..multimodal.compressed_config import CompressedDraftConfig
 from ..multimodal.self_config import SelfDraftConfig
 from ..multimodal.strategies import strategy_for
+from ..speculation.chain import emit_accepted
 from ..stats import SpecStats
 from .mm_cost_project import expected_accepted
 from .mm_long_video import VEND, VIDEO_ID, VSTART, long_video_inputs
@@ -75,7 +75,7 @@ def forced_acceptance(rate: float, seed: int = 0) -> Iterator[None]:
     def forced(drafts: torch.Tensor, p_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ok = torch.rand(drafts.shape, generator=gen) < rate
         m = ok.long().cumprod(1).sum(1).to(drafts.device)
-        return m, _accept._emit(drafts, m, p_logits.argmax(-1).gather(1, m[:, None])[:, 0])
+        return m, emit_accepted(drafts, m, p_logits.argmax(-1).gather(1, m[:, None])[:, 0])
 
     saved = _loop.greedy_accept
     _loop.greedy_accept = forced

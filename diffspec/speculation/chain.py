@@ -20,7 +20,7 @@ import torch
 from .. import kernels
 
 
-def _emit(drafts: torch.Tensor, m: torch.Tensor, correction: torch.Tensor) -> torch.Tensor:
+def emit_accepted(drafts: torch.Tensor, m: torch.Tensor, correction: torch.Tensor) -> torch.Tensor:
     """(B, k+1): the drafts with the token at index ``m`` replaced by ``correction``."""
     tokens = torch.cat([drafts, correction[:, None]], dim=1)
     return tokens.scatter(1, m[:, None], correction[:, None])
@@ -38,7 +38,7 @@ def greedy_accept(drafts: torch.Tensor, p_logits: torch.Tensor) -> tuple[torch.T
     """
     target = p_logits.argmax(-1)
     m = (drafts == target[:, :-1]).long().cumprod(1).sum(1)
-    return m, _emit(drafts, m, target.gather(1, m[:, None])[:, 0])
+    return m, emit_accepted(drafts, m, target.gather(1, m[:, None])[:, 0])
 
 
 def sampling_accept(drafts: torch.Tensor, p_logits: torch.Tensor, q: torch.Tensor,
