@@ -6,23 +6,15 @@ Qwen-Image, LTXV, Mochi, AuraFlow...). A replacement receives the block's inputs
 ``txt``, ``vec``, ``pe``...) plus ``{"original_block": f}`` and returns a dict of the streams its caller
 reads (``img``, and ``txt`` for double blocks).
 
-This module is the ComfyUI twin of :mod:`diffspec.forecast.hooks` at block granularity, with the
-same tensor core (:class:`~diffspec.forecast.taylor.TaylorForecaster`,
-:class:`~diffspec.forecast.gate.Schedule`, :func:`~diffspec.forecast.gate.verify_error`) and the same
-semantics: per batch row, a full step records the residual ``out - in`` of each block list and
-stream; a draft step runs no block: the first block of a list returns ``in + forecast``, the others
-pass their inputs through, and the last takes the stream its first block drafted, so what the model adds
-between blocks (ControlNet residuals: Flux's ``img += control``) is not added again on top of the forecast,
-which carries it. With ``speca`` the last list is split into its body and its last block,
-which runs on the drafted input (the verifier); its true output is committed for the checked rows,
-and rows whose draft fails are recomputed in full before anything is committed (``policy="strict"``).
-
-Differences from the diffusers adapter, all ComfyUI-driven:
+:class:`ComfyForecast` drives the forecast engine of the diffusers path (:mod:`diffspec.forecast.engine`:
+the same anchors, plans, block steps, verifier and statistics) from ComfyUI's side:
 - steps come from ComfyUI's own schedule: the call's sigma located in
   ``transformer_options["sample_sigmas"]``; CFG branches are the ``uuids`` of the batched conds;
   a generation is one ``OUTER_SAMPLE`` run (:meth:`ComfyForecast.begin_run` / ``end_run``);
 - ComfyUI's blocks update their inputs in place (Flux: ``img += ...``), so the stream inputs a
-  residual or the verifier needs are copied before the block runs;
+  residual or the verifier needs are copied before the block runs (:class:`DictStreams`), and anchors are
+  recorded at once; what the model adds between blocks (ControlNet residuals: Flux's ``img += control``) is
+  not added again on a draft, whose forecast carries it;
 - the verifier block and the recompute run on the whole batch (ComfyUI block arguments cannot be
   sliced per row generically) and only the rows that need them are committed, so a row's output still
   never depends on its batch neighbours; the counters report the work actually done.
@@ -33,15 +25,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..config import ForecastConfig, SpecaConfig
-from ..forecast.gate import Schedule, anchor_pairs, decide_rows, verify_error
+from ..forecast.engine import ForecastCall, ForecastEngine
 from ..forecast.rows import merge_rows
-from ..forecast.taylor import TaylorForecaster
 from ..stats import SpecStats
 
 if TYPE_CHECKING:
@@ -50,40 +40,47 @@ if TYPE_CHECKING:
 logger = logging.getLogger("diffspec")
 
 
-@dataclass
-class _ListState:
-    forecasters: dict[str, TaylorForecaster] = field(default_factory=dict)  # "list:img", "tail:txt"...
-    inputs: dict[str, Any] = field(default_factory=dict)  # the list's first block arguments (full call)
-    tail_inputs: dict[str, Any] = field(default_factory=dict)  # the verified last block's arguments
-    out_keys: tuple[str, ...] = ()  # the streams the list's blocks return
-    none_keys: frozenset[str] = frozenset()  # streams the last block returns as None (SD3's last block)
-    drafted: dict[str, Any] | None = None  # a draft's streams as its first block returned them (copies)
+class DictStreams:
+    """The streams of a ComfyUI block (:class:`~diffspec.forecast.engine.StreamIO`): called as
+    ``block(args, extra)``, it takes its streams in ``args`` and returns them as a dict. The stream names are
+    learnt from its first output (``img`` first, the verifier's reference); inputs are copied, since the
+    blocks update them in place."""
+
+    whole_batch = True  # its other arguments cannot be sliced per row generically
+
+    def __init__(self) -> None:
+        self.keys: tuple[str, ...] = ()
+
+    def inputs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        return _snapshot(args[0], self.keys)
+
+    def earlier_inputs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        return {}
+
+    def streams(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        return {k: args[0].get(k) for k in self.keys}
+
+    def outputs(self, out: dict) -> dict[str, Any]:
+        self.observe(out)
+        return out
+
+    def observe(self, out: dict) -> None:
+        if not self.keys:
+            self.keys = tuple(sorted(out, key=lambda k: k != "img"))
+
+    def pack(self, streams: dict[str, Any]) -> dict[str, Any]:
+        return streams
+
+    def run_rows(self, run: Callable[..., Any], args: tuple, kwargs: dict, replace: dict[str, Any] | None,
+                 rows: torch.Tensor, batch: int) -> dict[str, Any]:
+        """The block run on every row (on copies of ``replace``'d streams); the rows ``rows`` of its output."""
+        inputs, extra = args
+        out = run({**inputs, **_snapshot(replace or {}, ())}, extra)
+        return {k: v.index_select(0, rows.to(v.device, non_blocking=True)) if isinstance(v, torch.Tensor) else v
+                for k, v in out.items()}
 
 
-@dataclass
-class _Branch:
-    lists: list[_ListState]
-    since_full: list[int | None]  # per row: drafts since the last full step (None: never full)
-    force_full: list[bool]  # per row: the lazy policy rejected the previous draft
-
-
-@dataclass
-class _Call:
-    """The plan of one model call (one CFG branch at one step)."""
-
-    branch: _Branch
-    x: float  # forecast abscissa
-    step: float  # position in the run's sigma schedule (fractional between its sigmas)
-    progress: float
-    full_rows: list[bool]
-    check_rows: list[bool]
-    mode: str  # "full" or "draft"
-    run_verifier: bool = False
-    record_rows: list[int] | None = None
-    errors: torch.Tensor | None = None
-
-
-class ComfyForecast:
+class ComfyForecast(ForecastEngine):
     """State and statistics of one forecast-patched ComfyUI MODEL.
 
     The block patches (one per replaced block) and the sampling wrappers of
@@ -103,6 +100,9 @@ class ComfyForecast:
         'taylor'
     """
 
+    defer_records = False
+    """ComfyUI's model adds to a block's outputs in place after it returns: anchors are recorded at once."""
+
     discard_between_blocks = True
     """A draft's last block of a list takes the stream its first block drafted: what the model adds between the
     blocks of a list (ControlNet residuals) is in the list's forecast residual already (False: added again)."""
@@ -115,15 +115,10 @@ class ComfyForecast:
                              "use granularity='block'")
         if not block_lists or any(n < 1 for _, n in block_lists):
             raise ValueError(f"block_lists={block_lists!r} must name at least one non-empty block list")
-        self.config = config
+        super().__init__(config, SpecStats(method=config.method), [n for _, n in block_lists])
         self.block_lists = list(block_lists)
-        self.schedule = Schedule.of(config)
-        self.verify = self.schedule.verify
-        self.num_blocks = sum(n for _, n in block_lists)
-        self.stats = SpecStats(method=config.method)
         self.runs = 0
         self.disabled: str | None = None
-        self.current: _Call | None = None
         self._reset_state()
 
     def __deepcopy__(self, memo: dict) -> ComfyForecast:
@@ -131,8 +126,8 @@ class ComfyForecast:
 
     # ----------------------------------------------------------------- runs
     def _reset_state(self) -> None:
-        self._branches: dict[Any, _Branch] = {}
-        self.current = None
+        self.branches = {}
+        self.call = None
         self._sigmas: list[float] | None = None
         self._sigmas_src: Any = None
         self._last_sigma: float | None = None
@@ -161,7 +156,7 @@ class ComfyForecast:
     @property
     def num_anchors_held(self) -> int:
         """Forecasters currently holding anchors (0 outside a run)."""
-        return sum(bool(f.num_anchors) for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
+        return sum(bool(f.num_anchors) for b in self.branches.values() for ls in b.lists for f in ls.forecasters.values())
 
     def summary(self) -> str:
         """One line for logs and the stats node."""
@@ -199,13 +194,13 @@ class ComfyForecast:
                 return i + (s[i] - sigma) / (s[i] - s[i + 1]), n
         return (0.0 if abs(sigma - s[0]) < abs(sigma - s[-1]) else float(n)), n
 
-    def _branch_key(self, x: torch.Tensor, transformer_options: dict, sigma: float) -> Any:
+    def _branch_key(self, x: torch.Tensor, transformer_options: dict) -> Any:
         uuids = transformer_options.get("uuids")
         if uuids:
             return tuple(uuids), tuple(x.shape)
         return self._calls_at_sigma, tuple(x.shape)  # no uuids: the n-th call at this sigma
 
-    def begin_call(self, x: torch.Tensor, t: torch.Tensor, transformer_options: dict) -> _Call | None:
+    def begin_call(self, x: torch.Tensor, t: torch.Tensor, transformer_options: dict) -> ForecastCall | None:
         """Plan a model call (``x``: the latent batch, ``t``: its sigmas); None when forecasting is off."""
         if self.disabled:
             return None
@@ -216,19 +211,12 @@ class ComfyForecast:
         self._calls_at_sigma = self._calls_at_sigma + 1 if sigma == self._last_sigma else 0
         step, num_steps = self._locate(sigma, transformer_options)
         self._last_sigma = sigma
-        key = self._branch_key(x, transformer_options, sigma)
-        rows = x.shape[0]
-        branch = self._branches.get(key)
+        key = self._branch_key(x, transformer_options)
+        branch = self.branches.get(key)
         if branch is None:
-            branch = _Branch([_ListState() for _ in self.block_lists], [None] * rows, [False] * rows)
-            self._branches[key] = branch
-        sched = self.schedule.for_steps(num_steps)
-        full_rows = [sched.forced_full(step, num_steps, s) or f for s, f in zip(branch.since_full, branch.force_full)]  # type: ignore[arg-type]
-        check_rows = [not f and sched.checked(s) for f, s in zip(full_rows, branch.since_full)]
-        call = _Call(branch, sigma if self.config.abscissa == "sigma" else step, step,
-                     step / max(num_steps - 1, 1) if num_steps else 0.0, full_rows, check_rows,
-                     "full" if all(full_rows) else "draft")
-        call.run_verifier = call.mode == "draft" and any(check_rows)
+            branch = self.branches[key] = self._new_branch(x.shape[0])
+        call = self._plan(branch, step, num_steps, sigma, self.schedule.for_steps(num_steps))
+        call.residuals_between = self.discard_between_blocks
         return call
 
     def run_call(self, run: Callable[[], torch.Tensor], x: torch.Tensor, t: torch.Tensor,
@@ -237,13 +225,11 @@ class ComfyForecast:
         call = self.begin_call(x, t, transformer_options)
         if call is None:
             return run()
-        self.current = call
         try:
             out = run()
-            drafted = call.mode == "draft"
-            recompute = list(call.full_rows) if drafted else [True] * len(call.full_rows)
-            if drafted:
-                self._decide(call, recompute)
+            recompute = list(call.full_rows) if call.is_draft else [True] * len(call.full_rows)
+            if call.is_draft:
+                self._decide(recompute, round(call.step, 3))
                 if any(recompute):  # planned-full rows and strict rejections: one full pass, commit those rows
                     call.mode = "full"
                     call.record_rows = None if all(recompute) else [r for r, f in enumerate(recompute) if f]
@@ -253,42 +239,13 @@ class ComfyForecast:
                     else:
                         index = torch.tensor(call.record_rows, device=full.device)
                         out = merge_rows(index, full.index_select(0, index), out)
-            self._finish(call, recompute, drafted)
-        finally:
-            self.current = None
-        return out
-
-    def _decide(self, call: _Call, recompute: list[bool]) -> None:
-        """The verifier's per-row errors to recompute / lazy decisions (one host read)."""
-        if not self.verify or call.errors is None:
-            return
-        tau = self.config.tau(call.progress)  # type: ignore[union-attr]
-        decide_rows(call.errors, call.check_rows, recompute, call.branch.force_full, tau,
-                    self.config.policy == "strict", self.stats.extra, round(call.step, 3))  # type: ignore[union-attr]
-
-    def _finish(self, call: _Call, recompute: list[bool], drafted: bool) -> None:
-        branch = call.branch
-        for r, full in enumerate(recompute):
-            since = branch.since_full[r]
-            branch.since_full[r] = 0 if full else since + 1  # type: ignore[operator]
-            if full:
-                branch.force_full[r] = False
-        stats = self.stats
-        committed_drafts = recompute.count(False)
-        stats.count_rows(recompute.count(True), len(recompute))
-        if any(recompute):
-            stats.target_calls += 1
-            stats.target_evals += 1  # the whole batch ran in full
-            held = sum(f.nbytes for b in self._branches.values() for ls in b.lists for f in ls.forecasters.values())
-            self._peak_bytes = max(self._peak_bytes, held)
-            stats.extra_mem_gb = self._peak_bytes / 1e9
-            if not drafted and not all(ls.forecasters for ls in branch.lists):
+            self._finish(recompute, 1)  # the whole batch ran in full
+            if not call.is_draft and not all(ls.forecasters for ls in call.branch.lists):
                 self._disable("a block list recorded no stream: this model does not call the ComfyUI 'dit' "
                               "block patches for every block list, or its blocks return no tensor streams")
-        if drafted:
-            stats.draft_calls += 1
-            stats.proposed += call.full_rows.count(False)
-            stats.accepted += committed_drafts
+        finally:
+            self.call = None
+        return out
 
     def _disable(self, reason: str) -> None:
         self.disabled = reason
@@ -297,86 +254,10 @@ class ComfyForecast:
 
     # ----------------------------------------------------------------- blocks
     def block(self, patch: BlockPatch, args: dict, extra: dict) -> dict:
-        """One replaced block call under the current plan (see the module docstring)."""
-        call = self.current
-        if call is None:
+        """One replaced block call under the current plan (:meth:`~diffspec.forecast.engine.ForecastEngine.run_block`)."""
+        if self.call is None:
             return patch.run(args, extra)
-        state = call.branch.lists[patch.list_index]
-        first, last, split = patch.first, patch.last, patch.split
-        if call.mode == "full":
-            if first:
-                state.inputs = _snapshot(args, state.out_keys)
-            if last and split:
-                state.tail_inputs = _snapshot(args, state.out_keys)
-            out = patch.run(args, extra)
-            if first and not state.out_keys:
-                state.out_keys = tuple(out)
-            if last:
-                self._record(call, state, out, split=split, single=first)
-            return out
-        streams = {k: args.get(k) for k in state.out_keys}
-        if first:
-            head = "body" if split else "list"
-            streams = {k: self._apply(call, state, f"{head}:{k}", v) for k, v in streams.items()}
-            state.drafted = _snapshot(streams, ()) if self.discard_between_blocks and not last else None
-        if not last:
-            return streams
-        if state.drafted is not None:  # what the model added inside the list is in the forecast already
-            held, state.drafted = state.drafted, None
-            streams = {k: held[k] if _same_shape(held.get(k), v) else v for k, v in streams.items()}
-        if not split:
-            return {k: None if k in state.none_keys else v for k, v in streams.items()}
-        return self._verified_tail(call, state, patch, args, extra, streams)
-
-    def _verified_tail(self, call: _Call, state: _ListState, patch: BlockPatch, args: dict, extra: dict,
-                       streams: dict[str, Any]) -> dict:
-        """The last block on a draft step: draft it; if a row is checked, run it for real on the drafted
-        input, measure each checked row's error and commit the true output for those rows."""
-        hats = {k: None if k in state.none_keys else self._apply(call, state, f"tail:{k}", v) for k, v in streams.items()}
-        primary = "img" if isinstance(hats.get("img"), torch.Tensor) else next(
-            k for k, v in hats.items() if isinstance(v, torch.Tensor))
-        h_hat = hats[primary]
-        if not call.run_verifier:
-            call.errors = verify_error(h_hat, h_hat)  # 0, or inf for a row that is not finite
-            return hats
-        true = patch.run({**args, **_snapshot(streams, ())}, extra)  # whole batch; only checked rows are used
-        rows = [r for r, c in enumerate(call.check_rows) if c]
-        index = torch.tensor(rows, device=h_hat.device)
-        errors = verify_error(h_hat.index_select(0, index), true[primary].index_select(0, index),
-                              self.config.metric, streams[primary].index_select(0, index))  # type: ignore[union-attr]
-        call.errors = verify_error(h_hat, h_hat).index_copy(0, index, errors)
-        extra_stats = self.stats.extra
-        extra_stats["verifier_blocks"] = extra_stats.get("verifier_blocks", 0) + 1
-        extra_stats["verifier_evals"] = extra_stats.get("verifier_evals", 0.0) + 1 / self.num_blocks
-        out = {}
-        for k, v in hats.items():
-            y = true.get(k)
-            out[k] = v if v is None or not isinstance(y, torch.Tensor) else merge_rows(index, y.index_select(0, index), v)
-        return out
-
-    def _record(self, call: _Call, state: _ListState, out: dict, *, split: bool, single: bool) -> None:
-        pairs = anchor_pairs(split, single, state.inputs, state.tail_inputs, out)
-        for head, ins, outs in pairs:
-            for k in state.out_keys:
-                x_in, y = ins.get(k), outs.get(k)
-                if not isinstance(x_in, torch.Tensor) or not isinstance(y, torch.Tensor) or y.shape != x_in.shape:
-                    continue
-                f = state.forecasters.get(f"{head}:{k}")
-                if f is None:
-                    f = state.forecasters[f"{head}:{k}"] = TaylorForecaster(self.config.order, self.config.form)
-                f.update(call.x, y - x_in, call.record_rows)
-        state.inputs, state.tail_inputs = {}, {}
-        state.none_keys = frozenset(k for k, v in out.items() if v is None)
-
-    def _apply(self, call: _Call, state: _ListState, key: str, x: Any) -> Any:
-        f = state.forecasters.get(key)
-        if not isinstance(x, torch.Tensor) or f is None:
-            return x
-        return (x.float() + f.forecast(call.x)).to(x.dtype)
-
-
-def _same_shape(a: Any, b: Any) -> bool:
-    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+        return self.run_block(patch.at, patch.io, patch.run, (args, extra), {})
 
 
 def _snapshot(args: dict, keys: tuple[str, ...]) -> dict[str, Any]:

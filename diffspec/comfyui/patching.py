@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ..config import ForecastConfig, SpecaConfig
-from .forecast import ComfyForecast
+from ..forecast.engine import BlockPosition
+from .forecast import ComfyForecast, DictStreams
 
 KEY = "diffspec"
 """Key of the wrappers and of the shared state in ``transformer_options``."""
@@ -98,12 +99,10 @@ class BlockPatch:
 
     def __init__(self, forecast: ComfyForecast, list_index: int, block_index: int, inner: Callable[[dict, dict], dict] | None = None) -> None:
         self.forecast = forecast
-        self.list_index = list_index
-        self.block_index = block_index
         n = forecast.block_lists[list_index][1]
-        self.first = block_index == 0
-        self.last = block_index == n - 1
-        self.split = forecast.verify and list_index == len(forecast.block_lists) - 1
+        self.at = BlockPosition(list_index, block_index, first=block_index == 0, last=block_index == n - 1,
+                                split=forecast.verify and list_index == len(forecast.block_lists) - 1)
+        self.io = DictStreams()  # its streams, as the forecast engine reads them
         self.inner = inner
 
     def __deepcopy__(self, memo: dict) -> BlockPatch:

@@ -10,8 +10,10 @@ import torch
 from torch import nn
 
 from .profiles import block_profile, profile_of, supported
+from .rows import take_call_rows
 
 _STREAMS = ("hidden_states", "encoder_hidden_states")
+_STREAM_PARAMS = {"hidden": "hidden_states", "encoder": "encoder_hidden_states"}  # the engine's stream -> parameter
 
 HIDDEN_ARGS = ("hidden_states", "x")
 """Names of a transformer's latent input, first match in its signature wins (Z-Image's takes ``x``).
@@ -104,7 +106,14 @@ def output_layout(block: nn.Module) -> tuple[int, int | None] | None:
 
 @dataclass
 class BlockIO:
-    """Reads the hidden / encoder inputs of one block call and packs outputs in its layout."""
+    """A diffusers block's streams (:class:`~.engine.StreamIO`): its hidden / encoder inputs, read from a call, and
+    outputs packed in its layout. Streams are named ``"hidden"`` and ``"encoder"``, batch-first.
+
+    Example:
+        >>> io = BlockIO.for_block(block, block.forward)  # doctest: +SKIP
+        >>> io.streams((), {"hidden_states": x, "encoder_hidden_states": text})  # doctest: +SKIP
+        {'hidden': x, 'encoder': text}
+    """
 
     block_name: str
     param_index: dict[str, int]
@@ -114,9 +123,12 @@ class BlockIO:
     aliases: dict[str, str] = field(default_factory=dict)  # stream name ("hidden_states") -> the block's parameter
     seq_first: bool = False  # streams are (S, B, D) (the block profile's ``sequence_first``)
     earlier: tuple[str, ...] = ()  # inputs carrying an earlier block's output (the block profile's ``earlier_inputs``)
+    unbatched: frozenset[str] = frozenset()  # arguments never sliced to rows (the model profile's ``unbatched_args``)
+    whole_batch: bool = False  # the verifier runs on the checked rows only
 
     @classmethod
-    def for_block(cls, block: nn.Module, forward: Any) -> BlockIO:
+    def for_block(cls, block: nn.Module, forward: Any, unbatched: frozenset[str] = frozenset()) -> BlockIO:
+        """The I/O of ``block`` called through ``forward`` (its signature names the inputs)."""
         params = list(inspect.signature(forward).parameters)
         profile = block_profile(block)
         # the streams a block transforms: its profile's ``streams``; else ``hidden_states``, or its first parameter
@@ -126,7 +138,7 @@ class BlockIO:
             aliases["hidden_states"] = params[0]
         aliases = {k: v for k, v in aliases.items() if k != v}
         return cls(profile.name, {p: i for i, p in enumerate(params)}, output_layout(block), aliases=aliases,
-                   seq_first=profile.sequence_first, earlier=profile.earlier_inputs)
+                   seq_first=profile.sequence_first, earlier=profile.earlier_inputs, unbatched=unbatched)
 
     def _flip(self, stream: str, value: Any) -> Any:
         """A stream between the block's sequence-first layout and batch-first (its own inverse)."""
@@ -160,11 +172,23 @@ class BlockIO:
                 args[i] = value
         return tuple(args), kwargs
 
-    def split_output(self, out: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(hidden, encoder)`` of a block's output; learns the output form on first use."""
+    def streams(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The call's stream inputs."""
+        return {stream: self.arg(param, args, kwargs) for stream, param in _STREAM_PARAMS.items()}
+
+    def inputs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The call's stream inputs, as anchors keep them (the tensors themselves: a block does not write them)."""
+        return self.streams(args, kwargs)
+
+    def earlier_inputs(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The call's inputs carrying an earlier block's output (HunyuanDiT's long ``skip``)."""
+        return {name: self.arg(name, args, kwargs) for name in self.earlier}
+
+    def outputs(self, out: Any) -> dict[str, Any]:
+        """The streams of a block's output; learns the output form on first use."""
         if isinstance(out, torch.Tensor):
             self.returns_tensor = True
-            return self._flip("hidden_states", out), None
+            return {"hidden": self._flip("hidden_states", out), "encoder": None}
         if not isinstance(out, (tuple, list)) or self.layout is None:
             raise ValueError(
                 f"block {self.block_name} returns {type(out).__name__} with an unknown layout; register it with "
@@ -175,15 +199,21 @@ class BlockIO:
         self.tuple_len = len(out)
         h_i, e_i = self.layout
         encoder = out[e_i] if e_i is not None else None
-        return self._flip("hidden_states", out[h_i]), self._flip("encoder_hidden_states", encoder)
+        return {"hidden": self._flip("hidden_states", out[h_i]), "encoder": self._flip("encoder_hidden_states", encoder)}
 
-    def pack(self, hidden: torch.Tensor, encoder: torch.Tensor | None) -> Any:
+    def observe(self, out: Any) -> None:
+        """Learn the output form from a real output, once."""
+        if self.returns_tensor is None:
+            self.outputs(out)
+
+    def pack(self, streams: dict[str, Any]) -> Any:
         """Build an output in the block's own layout (on a draft step).
 
         Other tuple entries are side outputs that the model adds to a later list's stream between its
         blocks (Wan VACE's hints): that list's anchors already contain them, so a draft returns zeros.
         """
-        hidden, encoder = self._flip("hidden_states", hidden), self._flip("encoder_hidden_states", encoder)
+        hidden = self._flip("hidden_states", streams["hidden"])
+        encoder = self._flip("encoder_hidden_states", streams.get("encoder"))
         if self.returns_tensor:
             return hidden
         h_i, e_i = self.layout  # type: ignore[misc]
@@ -192,3 +222,20 @@ class BlockIO:
         if e_i is not None:
             out[e_i] = encoder
         return tuple(out)
+
+    def run_rows(self, run: Any, args: tuple, kwargs: dict, replace: dict[str, Any] | None, rows: torch.Tensor,
+                 batch: int) -> dict[str, Any]:
+        """The output streams of the rows ``rows`` of ``run`` (the real block) on the call's inputs, the named ones
+        ``replace``'d (streams and earlier inputs): run on those rows only, or on every row of a sequence-first
+        block (its other inputs cannot be sliced by the batch dimension)."""
+        if replace is not None:
+            args, kwargs = self.with_inputs(args, kwargs, **{_STREAM_PARAMS.get(k, k): v for k, v in replace.items()})
+        subset = len(rows) < batch
+        if subset and not self.seq_first:
+            names = sorted(self.param_index, key=self.param_index.__getitem__)
+            args, kwargs = take_call_rows(args, kwargs, names, rows, batch, unbatched=self.unbatched)
+        outs = self.outputs(run(*args, **kwargs))
+        if subset and self.seq_first:
+            index = rows.to(outs["hidden"].device, non_blocking=True)
+            outs = {k: v.index_select(0, index) if v is not None else None for k, v in outs.items()}
+        return outs

@@ -19,49 +19,26 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from .profiles import BLOCKS, block_profile
 
+if TYPE_CHECKING:
+    from .engine import ForecastCall
+
 
 class ModuleHost(Protocol):
-    """What a module wrapper reads from the hooks object (see ``ForecastHooks``)."""
+    """What a submodule wrapper reads from the hooks (:class:`~.hooks.ForecastHooks`)."""
 
-    mode: str  # "full" or "draft"
-    modules_real: bool  # run the submodules for real without recording (the verifier)
+    call: ForecastCall | None  # the current call: its ``mode`` and ``modules_real`` (the verifier runs them for real)
     module_recording: bool  # module anchors wanted at this call
 
     def module_forecaster(self, list_index: int, key: str) -> Any: ...
     def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None: ...
     def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor: ...
-
-
-class ModuleForecasts:
-    """The :class:`ModuleHost` side of ``ForecastHooks``: submodule anchors live in the current branch's
-    block-list state, keyed ``"m{block}.{name}.{part}"``; forecasts come from the pre-hook when ready."""
-
-    _branch: Any
-    _x: float
-    _record_rows: list[int] | None
-
-    def _forecaster(self, state: Any, key: str) -> Any:
-        raise NotImplementedError
-
-    def module_forecaster(self, list_index: int, key: str) -> Any:
-        return self._branch.lists[list_index].forecasters.get(key)
-
-    def record_module(self, list_index: int, key: str, value: torch.Tensor) -> None:
-        self._forecaster(self._branch.lists[list_index], key).update(self._x, value, self._record_rows)
-
-    def module_forecast(self, list_index: int, key: str, like: torch.Tensor) -> torch.Tensor:
-        state = self._branch.lists[list_index]
-        draft = state.drafts.pop(key, None)  # computed in the pre-hook (outside any compiled region)
-        if draft is None:
-            draft = state.forecasters[key].forecast(self._x)
-        return draft.to(like.dtype)
 
 
 def supports_modules(block: nn.Module) -> bool:
@@ -95,26 +72,37 @@ def wrap_submodules(host: ModuleHost, block: nn.Module, list_index: int, block_i
         if isinstance(sub, nn.Module):
             previous = sub.__dict__.get("forward")  # an instance forward already there (accelerate's offload hook)
             original = own_forward(block, sub) if own_forward else sub.forward
-            sub.forward = _module_forward(host, original, list_index, f"m{block_index}.{name}")
+            sub.forward = SubmoduleWrapper(host, original, list_index, f"m{block_index}.{name}")
             patched.append((sub, previous))
     return patched
 
 
-def _module_forward(host: ModuleHost, original: Callable[..., Any], list_index: int,
-                    key: str) -> Callable[..., Any]:
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if host.mode == "full" or host.modules_real:
-            out = original(*args, **kwargs)
-            if host.mode == "full" and host.module_recording:
+class SubmoduleWrapper:
+    """A forecast submodule's ``forward``: run (and recorded) on a full pass and for the verifier, its forecast
+    (anchor key ``"m{block}.{name}.{part}"``) on a draft.
+
+    Args:
+        host: the hooks whose current call it follows.
+        original: the submodule's own forward.
+        list_index: the block list of its block.
+        key: ``"m{block}.{name}"``.
+    """
+
+    def __init__(self, host: ModuleHost, original: Callable[..., Any], list_index: int, key: str) -> None:
+        self.host, self.original, self.list_index, self.key = host, original, list_index, key
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        host, call, key = self.host, self.host.call, self.key
+        if call is None or call.mode == "full" or call.modules_real:
+            out = self.original(*args, **kwargs)
+            if call is not None and call.mode == "full" and host.module_recording:
                 for i, part in enumerate(_parts(out)):
-                    host.record_module(list_index, f"{key}.{i}", part)
+                    host.record_module(self.list_index, f"{key}.{i}", part)
             return out
         like = args[0] if args else next(iter(kwargs.values()))
-        parts = [host.module_forecast(list_index, f"{key}.{i}", like)
-                 for i in range(_num_parts(host, list_index, key))]
-        return parts[0] if len(parts) == 1 and not _was_tuple(host, list_index, key) else tuple(parts)
-
-    return forward
+        parts = [host.module_forecast(self.list_index, f"{key}.{i}", like)
+                 for i in range(_num_parts(host, self.list_index, key))]
+        return parts[0] if len(parts) == 1 and not _was_tuple(host, self.list_index, key) else tuple(parts)
 
 
 def _parts(out: Any) -> list[torch.Tensor]:

@@ -67,7 +67,7 @@ def test_each_run_starts_fresh_and_leaves_nothing_behind():
     x0, sigmas, contexts = make_inputs(steps=STEPS)
     first = sample(patched, x0, sigmas, contexts)
     stats_first = forecast.stats.to_dict()
-    assert forecast.num_anchors_held == 0 and not forecast._branches and forecast.current is None
+    assert forecast.num_anchors_held == 0 and not forecast.branches and forecast.call is None
     second = sample(patched, x0, sigmas, contexts)
     assert torch.equal(first, second)
     stats_second = forecast.stats.to_dict()
@@ -93,7 +93,7 @@ def test_interrupted_run_is_reset_in_finally():
 
     with pytest.raises(KeyboardInterrupt):
         sample(patched, x0, sigmas, contexts, on_step=interrupt)
-    assert forecast.num_anchors_held == 0 and not forecast._branches and forecast.current is None
+    assert forecast.num_anchors_held == 0 and not forecast.branches and forecast.call is None
     assert torch.equal(sample(patched, x0, sigmas, contexts), reference)
 
 

@@ -87,8 +87,8 @@ def test_clone_not_mutate_and_what_is_installed(node_cls, method):
     assert set(patched.wrappers) == {outer, apply_model}
     assert all(list(w) == ["diffspec"] and len(w["diffspec"]) == 1 for w in patched.wrappers.values())
     # the last list is split for the verifier only
-    assert [replace[("single_block", i)].split for i in range(3)] == [method == "speca"] * 3
-    assert not any(replace[("double_block", i)].split for i in range(2))
+    assert [replace[("single_block", i)].at.split for i in range(3)] == [method == "speca"] * 3
+    assert not any(replace[("double_block", i)].at.split for i in range(2))
 
 
 def test_clones_of_the_patched_model_share_state_and_stats():

@@ -26,10 +26,11 @@ def scale_row_errors(monkeypatch):
     decide = ForecastHooks._decide
 
     def set_scale(scale):
-        def scaled_decide(self, branch, recompute):
-            if self._errors is not None and scale is not None:
-                self._errors = self._errors * torch.tensor(scale, device=self._errors.device)
-            return decide(self, branch, recompute)
+        def scaled_decide(self, recompute, label):
+            errors = self.call.errors
+            if errors is not None and scale is not None:
+                self.call.errors = errors * torch.tensor(scale, device=errors.device)
+            return decide(self, recompute, label)
 
         monkeypatch.setattr(ForecastHooks, "_decide", scaled_decide)
 

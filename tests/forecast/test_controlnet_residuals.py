@@ -93,9 +93,9 @@ def _run(model, x0, call, ts, config):
     hooks = ForecastHooks(model, config, SpecStats(), num_steps_fn=lambda: len(ts))
     hooks.attach()
     out = _loop(model, x0, call, ts)
-    assert all(ls.drafted is None for b in hooks._branches.values() for ls in b.lists)  # nothing left over a call
+    assert all(ls.drafted is None for b in hooks.branches.values() for ls in b.lists)  # nothing left over a call
     hooks.detach()
-    assert not hooks._branches and not hooks.attached
+    assert not hooks.branches and not hooks.attached
     return out, hooks.stats
 
 

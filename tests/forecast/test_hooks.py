@@ -152,7 +152,7 @@ def test_text_token_count_change_resets_instead_of_crashing():
         for i, t in enumerate(timesteps_for(name, 20)):
             text = short if i < 9 else long
             x = x - 0.05 * model(hidden_states=x, timestep=t.expand(1), encoder_hidden_states=text, return_dict=False)[0]
-            modes.append(hooks.mode)
+            modes.append(hooks.call.mode)
     assert torch.isfinite(x).all()
     assert modes[8] == "draft" and modes[9] == "full" and "draft" in modes[10:]  # the branch restarted at the switch
 
@@ -219,7 +219,7 @@ def test_side_output_lists_are_skipped_on_drafts_and_cache_nothing():
     out = _loop(model, x0, call, timesteps_for(name, 12))
     names = [n for n, _ in hooks.block_lists]
     assert names == ["vace_blocks", "blocks"]
-    side, main = hooks._branch.lists
+    side, main = hooks.call.branch.lists
     assert not side.forecasters and main.forecasters
     assert hooks.stats.forecast_steps > 0 and torch.isfinite(out).all()
 

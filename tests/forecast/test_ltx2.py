@@ -42,7 +42,7 @@ def test_forecast_steps_forecast_the_audio_prediction_too():
             pred = call(model, x, t)
             call(reference, x, t)  # the full transformer on the same input
             x = x - 0.05 * pred
-    branch = hooks._branches[0]
+    branch = hooks.branches[0]
     assert {"list:hidden", "list:encoder"} <= set(branch.lists[0].forecasters)  # video and audio residuals
     full = Schedule.of(ForecastConfig()).without_rejections(STEPS)
     assert not all(full)

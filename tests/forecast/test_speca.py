@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import diffspec.forecast.blocks as blocks_module
 import diffspec.forecast.hooks as hooks_module
 from diffspec.config import ForecastConfig, SpecaConfig
 from diffspec.forecast.gate import Schedule
@@ -75,7 +76,7 @@ def test_rows_decide_independently_of_their_batch():
         hooks = ForecastHooks(model, cfg, stats, num_steps_fn=lambda: STEPS)
         full_rows = []
         count = hooks._count
-        hooks._count = lambda recompute, drafted: (full_rows.append(recompute), count(recompute, drafted))
+        hooks._count = lambda recompute, evals: (full_rows.append(recompute), count(recompute, evals))
         hooks.attach()
         with torch.no_grad():
             for t in timesteps_for(name, STEPS):
@@ -109,7 +110,8 @@ def test_verifier_on_a_subset_of_rows_keeps_rows_independent(name, monkeypatch, 
 
     def run(row_error_scale=None):
         scale_row_errors(row_error_scale)
-        monkeypatch.setattr(hooks_module, "take_call_rows", spy)
+        monkeypatch.setattr(hooks_module, "take_call_rows", spy)  # the recompute
+        monkeypatch.setattr(blocks_module, "take_call_rows", spy)  # the verifier
         out, stats = _run(name, cfg, x0=x, batch=2)
         return out, stats
 

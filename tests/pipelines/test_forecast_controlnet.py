@@ -114,7 +114,7 @@ def test_a_verified_speca_forecasts_the_controlnet_only_before_unchecked_drafts(
 
     def record(module, args, kwargs):  # the transformer's own plan for each call: full, checked, or unchecked draft
         result = original(module, args, kwargs)
-        calls.append("full" if hooks.full else "checked" if hooks._run_verifier else "draft")
+        calls.append("full" if hooks.call.mode == "full" else "checked" if hooks.call.run_verifier else "draft")
         return result
 
     hooks._pre_forward = record
