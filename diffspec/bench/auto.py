@@ -70,17 +70,27 @@ class _Model:
     def wrap(self, method: str, **overrides: Any) -> Any:
         extra = {"draft": self.drafter} if self.name == "tiny-vlm" and method in ("auto", "draft") else {}
         spec = SpeculativePipeline.from_pipe(self.target, method=method, **overrides, **extra)
-        if hasattr(spec, "set_progress_bar_config") and self.name == "tiny-ar":
+        if self.name == "tiny-ar":
             spec.set_progress_bar_config(disable=True)
         return spec
 
     def one(self, runner: Callable[..., Any], i: int) -> Any:
-        """Item ``i`` (seed / label / scene ``i``) through ``runner``."""
+        """Item ``i`` (seed / label / scene ``i``) through ``runner`` (a diffusion pipeline takes one method at a
+        time: its wrappers are enabled for the call only)."""
         if self.name == "tiny-vlm":
             return runner(**self.rows[i], **self.options)
-        kwargs = {"num_inference_steps": DIT_STEPS, "output_type": "np"} if self.name == "tiny-dit" else \
-            {"output_type": "tokens"}
-        return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i), **kwargs)
+        if self.name == "tiny-ar":
+            return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i),
+                          output_type="tokens")
+        wrapped = isinstance(runner, SpeculativePipeline)
+        if wrapped:
+            runner.enable()
+        try:
+            return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i),
+                          num_inference_steps=DIT_STEPS, output_type="np")
+        finally:
+            if wrapped:
+                runner.disable()
 
     def plain(self, spec: Any) -> Callable[..., Any]:
         """The full-compute runner next to ``spec``."""
@@ -116,7 +126,13 @@ def _bench_model(name: str, device: torch.device, repeats: int, show_progress: b
         with torch.inference_mode():
             choice = spec.calibrate(**model.call)
         autos[preset] = (spec, choice, time.perf_counter() - start)
-    hand = {arm: model.wrap(**cfg) for arm, cfg in HAND_TUNED[name].items()}
+        if name == "tiny-dit":
+            spec.disable()
+    hand = {}
+    for arm, cfg in HAND_TUNED[name].items():
+        hand[arm] = model.wrap(**cfg)
+        if name == "tiny-dit":
+            hand[arm].disable()
     first = next(iter(autos.values()))[0]
     arms = {"baseline": _items(model, model.plain(first)), **{a: _items(model, s) for a, s in hand.items()},
             **{f"auto ({p})": _items(model, s) for p, (s, _, _) in autos.items()}}
@@ -124,8 +140,8 @@ def _bench_model(name: str, device: torch.device, repeats: int, show_progress: b
         times = median_times(arms, device, repeats=repeats, warmup=1)
     per_item = {arm: seconds / ITEMS for arm, seconds in times.items()}
     for arm, seconds in per_item.items():
-        run: dict[str, Any] = {"model": name, "method": arm, "peer": False, "latency_s": {"median": round(seconds, 5),
-                               "n": repeats, "per": "item"}, "speedup_vs_baseline": round(per_item["baseline"] / seconds, 3)}
+        run: dict[str, Any] = {"model": name, "method": arm, "peer": False, "per_item_s": {"median": round(seconds, 5),
+                               "n": repeats}, "speedup_vs_baseline": round(per_item["baseline"] / seconds, 3)}
         if arm in hand:
             run["config"] = hand[arm].config.to_dict()
         if arm.startswith("auto"):
@@ -172,7 +188,7 @@ def run_auto(model: str | None = None, *, device: str | None = None, repeats: in
             "workload": {"items": ITEMS, "held_out": HELD_OUT, "dit_steps": DIT_STEPS, "repeats": repeats,
                          "presets": {m: list(PRESETS[m]) for m in names}},
             "runs": runs,
-            "notes": ["latency_s.median: seconds per item (one image or caption per call), every arm of a model "
+            "notes": ["per_item_s.median: seconds per item (one image or caption per call), every arm of a model "
                       "timed interleaved in one process after one warm-up; speedup_vs_baseline against full compute.",
                       "auto.calibration_s: the preset's first calibrate call (cost curve, every candidate, the check "
                       "run), the model's first preset from an empty cache, later presets reusing what it measured; "
@@ -195,6 +211,6 @@ def auto_table(doc: dict[str, Any]) -> str:
 
     return table(doc["runs"], [
         ("model", "---", lambda r: r["model"]), ("arm", "---", lambda r: r["method"]), ("config", "---", choice),
-        ("s / item", "---:", lambda r: r["latency_s"]["median"]), ("speedup", "---:", lambda r: r["speedup_vs_baseline"]),
+        ("s / item", "---:", lambda r: r["per_item_s"]["median"]), ("speedup", "---:", lambda r: r["speedup_vs_baseline"]),
         ("calibration s", "---:", auto("calibration_s")), ("pays off after (items)", "---:", auto("pays_off_after_items")),
         ("held-out rate", "---:", auto("held_out_rate"))])
