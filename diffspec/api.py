@@ -88,9 +88,10 @@ _REGISTRY: dict[str, MethodInfo] = {
 
 
 AUTO = MethodInfo("auto", "diffusion", False, AutoConfig, "available", "diffspec.pipelines.auto:AutoPipeline",
-                  "the fastest diffusion method that meets a quality target, tuned on the call's own prompts")
-"""``method="auto"`` (:class:`~diffspec.config.AutoConfig`): it picks one of the registered methods, so
-:func:`methods` does not list it."""
+                  "the fastest method of the target's family that meets a quality target, tuned on the call's own "
+                  "prompts or labels")
+"""``method="auto"`` (:class:`~diffspec.config.AutoConfig`): it picks one of the registered methods of any family,
+so :func:`methods` does not list it."""
 
 
 def _entry(name: str) -> MethodInfo | None:
@@ -147,7 +148,7 @@ def method_info(method: str | MethodConfig) -> MethodInfo:
     if not isinstance(method, str) or _entry(method) is None:
         names = ", ".join(m.name for m in methods(available_only=True))
         raise ValueError(f"unknown method {method!r}; available methods: {names} (see diffspec.methods()), or "
-                         "'auto' (diffusion)")
+                         "'auto'")
     return _entry(method)  # type: ignore[return-value]
 
 
@@ -172,9 +173,8 @@ def _check_family(method: str | MethodConfig, family: str, target: str, wrap_hin
             is (``wrap_hint``: how to wrap AR image generators, for objects given to ``from_pipe``).
     """
     info = method_info(method)
-    if info is AUTO and family != AUTO.family:
-        raise ValueError(f"method='auto' chooses among the diffusion methods for now, but {target}; name one of its "
-                         f"methods: {', '.join(m.name for m in methods(family, available_only=True))}")
+    if info is AUTO:
+        return info
     if info.family != family:
         raise ValueError(
             f"method {info.name!r} is a {info.family} method but {target}; methods for it: "
@@ -237,7 +237,7 @@ class SpeculativePipeline:
         if family == "diffusion":
             check_unclaimed(target)
         # multimodal methods take draft= as the drafter model; elsewhere it is a config field (coupling's draft)
-        drafter = info.family == "multimodal" and "draft" in overrides
+        drafter = (info.family == "multimodal" or info is AUTO) and "draft" in overrides
         extra = {"draft": overrides.pop("draft")} if drafter else {}
         if info.pipeline is not None:  # other objects an implementation takes (action_map=)
             module, _, cls_name = info.pipeline.partition(":")

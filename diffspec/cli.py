@@ -245,12 +245,13 @@ def _add_generate(sub: Any) -> None:
 def _add_bench(sub: Any) -> None:
     bench = sub.add_parser("bench", help="run a benchmark suite and write its JSON")
     bench.add_argument("suite", help="benchmark suite (dit-cache, exact-diffusion, ar-image, ar-image-cost, "
-                       "multimodal, multimodal-action, multimodal-cost, speech, kernels)")
+                       "multimodal, multimodal-action, multimodal-cost, speech, kernels, auto)")
     bench.add_argument("--model", default=None,
                        help="default per suite: tiny-dit (dit-cache, exact-diffusion; or dit-xl-2-256 | pixart-1024 | "
                        "sd3-1024 | flux-1024 | wan-1.3b-512-17f on a GPU), tiny-ar (ar-image), tiny | llamagen-xl | llamagen-7b-size, "
                        "comma-separated (ar-image-cost), tiny-vlm (multimodal), tiny-vla "
-                       "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost); kernels takes none")
+                       "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost), tiny-dit,tiny-ar,tiny-vlm "
+                       "(auto); kernels takes none")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")
     bench.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     bench.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on CUDA, else float32")

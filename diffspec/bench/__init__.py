@@ -16,6 +16,7 @@ from typing import Any
 
 from .ar_image import run_ar_image
 from .ar_image_cost import run_ar_image_cost
+from .auto import run_auto
 from .dit_cache import run_dit_cache
 from .exact_diffusion import run_exact_diffusion
 from .kernels import run_kernels
@@ -29,7 +30,7 @@ SUITES: dict[str, Callable[..., dict[str, Any]]] = {"dit-cache": run_dit_cache, 
                                                     "multimodal-action": run_multimodal_action, "speech": run_speech,
                                                     "kernels": run_kernels,
                                                     "multimodal-cost": run_multimodal_cost,
-                                                    "ar-image-cost": run_ar_image_cost}
+                                                    "ar-image-cost": run_ar_image_cost, "auto": run_auto}
 
 
 def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -50,5 +51,5 @@ def run_bench(suite: str, *, out: str | Path | None = None, **kwargs: Any) -> di
     return doc
 
 
-__all__ = ["SUITES", "run_ar_image", "run_ar_image_cost", "run_bench", "run_dit_cache", "run_exact_diffusion",
+__all__ = ["SUITES", "run_ar_image", "run_ar_image_cost", "run_auto", "run_bench", "run_dit_cache", "run_exact_diffusion",
            "run_kernels", "run_multimodal", "run_multimodal_action", "run_multimodal_cost", "run_speech"]

@@ -43,6 +43,7 @@ _READERS = {  # suite (or shape): module and table function, imported when a pag
     "multimodal-long-video-cost": ("report_readers", "long_video_table"),
     "lantern-tree-sweep": ("report_readers", "tree_sweep_table"),
     "lantern-diagnosis": ("report_readers", "lantern_diagnosis_table"),
+    "auto": ("auto", "auto_table"),
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..api import SpeculativePipeline, methods, resolve_config
+from ..api import SpeculativePipeline, methods, resolve_config, target_family
 from ..config import AutoConfig, MethodConfig
 from ..stats import SpecStats
 from .auto_cache import AutoCache, call_settings
@@ -114,10 +114,14 @@ class AutoPipeline(SpeculativePipeline):
     """A pipeline that picks its method on its first call at each setting (see the module docs).
 
     ``spec.config`` is the chosen method's config once chosen (``AutoConfig`` before), ``spec.choice`` the whole
-    choice (:func:`tune`) and ``spec.stats.extra["auto"]`` its measured quality and expected speedup.
+    choice (:func:`tune`) and ``spec.stats.extra["auto"]`` its measured quality and expected speedup. AR image and
+    multimodal targets get their own subclasses (:mod:`~diffspec.pipelines.auto_ar`,
+    :mod:`~diffspec.pipelines.auto_mm`), which override :meth:`settings`, :meth:`tune_call` and :meth:`build`.
     """
 
     family = "diffusion"
+    reported: tuple[str, ...] = ("quality", "psnr", "speedup", "exact", "cache")
+    """Keys of the choice copied into ``spec.stats.extra["auto"]``."""
 
     def __init__(self, pipe: Any, config: AutoConfig) -> None:
         super().__init__(pipe, config)
@@ -129,10 +133,43 @@ class AutoPipeline(SpeculativePipeline):
         self.enable()
 
     @classmethod
-    def wrap(cls, target: Any, config: MethodConfig) -> AutoPipeline:
+    def wrap(cls, target: Any, config: MethodConfig, draft: Any = None) -> AutoPipeline:
+        """The auto pipeline of ``target``'s family (``draft``: a multimodal drafter model, to consider ``draft``)."""
         if not isinstance(config, AutoConfig):
             raise ValueError(f"{type(config).__name__} is not an AutoConfig")
+        family = target_family(target)
+        if draft is not None and family != "multimodal":
+            raise ValueError("method='auto' takes draft= (a drafter model) for multimodal targets only")
+        if family == "ar_image":
+            from .auto_ar import ARAutoPipeline
+
+            return ARAutoPipeline(target, config)
+        if family == "multimodal":
+            from .auto_mm import MultimodalAutoPipeline
+
+            return MultimodalAutoPipeline(target, config, draft)
         return cls(target, config)
+
+    def settings(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The settings of a call that the choice depends on (a new value tunes again)."""
+        return call_settings(self.pipe, bind_call(self.pipe, args, kwargs))
+
+    def tune_call(self, args: tuple[Any, ...], kwargs: dict[str, Any], show_progress: bool) -> dict[str, Any]:
+        """Measure (or read from the cache) and return the choice for a call."""
+        return tune(self.pipe, self.auto_config, bind_call(self.pipe, args, kwargs),
+                    bind_call(self.pipe, args, kwargs, defaults=False), show_progress=show_progress)
+
+    def build(self, config: MethodConfig) -> SpeculativePipeline:
+        """The chosen method's wrapper."""
+        return SpeculativePipeline.from_pipe(self.pipe, method=config)
+
+    def run_unchanged(self, *args: Any, **kwargs: Any) -> Any:
+        """A call when no method speeds the target up."""
+        return self.pipe(*args, **kwargs)
+
+    def show_progress(self) -> bool:
+        """Whether calibration shows a progress bar (the pipeline's own bar setting)."""
+        return not getattr(self.pipe, "_progress_bar_config", {}).get("disable", False)
 
     def calibrate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Choose the method for a call's settings and prompts without generating (what a first call does);
@@ -141,22 +178,18 @@ class AutoPipeline(SpeculativePipeline):
         Example:
             >>> spec.calibrate(prompt=my_prompts, num_inference_steps=28, height=1024, width=1024)  # doctest: +SKIP
         """
-        call = bind_call(self.pipe, args, kwargs)
-        settings = call_settings(self.pipe, call)
+        settings = self.settings(args, kwargs)
         if self.choice is not None and settings == self._settings:
             return self.choice
         if self.inner is not None:
             self.inner.disable()
             self.inner = None
-        show = not getattr(self.pipe, "_progress_bar_config", {}).get("disable", False)
-        self.choice = tune(self.pipe, self.auto_config, call, bind_call(self.pipe, args, kwargs, defaults=False),
-                           show_progress=show)
+        self.choice = self.tune_call(args, kwargs, self.show_progress())
         self._settings = settings
         self.config = self.auto_config
         if self.choice["method"] != "none":
             overrides = {k: v for k, v in self.choice["config"].items() if k != "method"}
-            config = resolve_config(self.choice["method"], overrides)[1]
-            self.inner = SpeculativePipeline.from_pipe(self.pipe, method=config)
+            self.inner = self.build(resolve_config(self.choice["method"], overrides)[1])
             self.config = self.inner.config
         return self.choice
 
@@ -164,11 +197,11 @@ class AutoPipeline(SpeculativePipeline):
         choice = self.calibrate(*args, **kwargs)
         if self.inner is None:
             self.stats = SpecStats(method="none")
-            out = self.pipe(*args, **kwargs)
+            out = self.run_unchanged(*args, **kwargs)
         else:
             out = self.inner(*args, **kwargs)
             self.stats = self.inner.stats
-        self.stats.extra["auto"] = {k: choice[k] for k in ("quality", "psnr", "speedup", "exact", "cache")}
+        self.stats.extra["auto"] = {k: choice[k] for k in self.reported if k in choice}
         return out
 
     def enable(self) -> None:

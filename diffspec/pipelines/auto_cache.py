@@ -46,30 +46,42 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("diffspec")) / "auto"
 
 
-def _digest(value: Any) -> str:
+def digest(value: Any) -> str:
+    """A SHA-256 hex digest of ``value`` as sorted JSON (other objects by ``str``)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def model_fingerprint(pipe: Any) -> dict[str, Any]:
-    """What identifies the model cheaply: pipeline and transformer classes, the transformer's config and a hash of
-    its first, middle and last weight tensors (their first 4096 values)."""
-    transformer = getattr(pipe, "transformer", None)
+def weights_digest(module: Any) -> str:
+    """A hash of a module's first, middle and last weight tensors (their first 4096 values); of nothing if
+    ``module`` is not a ``torch.nn.Module``.
+
+    Example:
+        >>> weights_digest(torch.nn.Linear(2, 2)) != weights_digest(torch.nn.Linear(2, 2))
+        True
+    """
     weights = hashlib.sha256()
-    if isinstance(transformer, torch.nn.Module):
-        tensors = list(transformer.state_dict().items())
+    if isinstance(module, torch.nn.Module):
+        tensors = list(module.state_dict().items())
         for name, tensor in [tensors[i] for i in sorted({0, len(tensors) // 2, len(tensors) - 1})] if tensors else []:
             weights.update(name.encode())
             weights.update(tensor.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    return weights.hexdigest()
+
+
+def model_fingerprint(pipe: Any) -> dict[str, Any]:
+    """What identifies the model cheaply: pipeline and transformer classes, the transformer's config and
+    :func:`weights_digest` of the transformer."""
+    transformer = getattr(pipe, "transformer", None)
     config = getattr(transformer, "config", {})
     return {"pipeline": type(pipe).__name__, "transformer": type(transformer).__name__,
-            "config": _digest(dict(config)), "weights": weights.hexdigest()}
+            "config": digest(dict(config)), "weights": weights_digest(transformer)}
 
 
 def call_settings(pipe: Any, call: dict[str, Any]) -> dict[str, Any]:
     """The settings of a call (``call``: its arguments by name, defaults applied) a measurement depends on."""
     scheduler = pipe.scheduler
     return {**{k: call.get(k) for k in SETTINGS if k in call}, "scheduler": type(scheduler).__name__,
-            "scheduler_config": _digest(dict(scheduler.config))}
+            "scheduler_config": digest(dict(scheduler.config))}
 
 
 class AutoCache:
@@ -87,8 +99,12 @@ class AutoCache:
     @classmethod
     def for_call(cls, pipe: Any, call: dict[str, Any]) -> AutoCache:
         """The cache file of ``pipe`` at the settings of ``call`` (its arguments by name)."""
-        model, settings = model_fingerprint(pipe), call_settings(pipe, call)
-        return cls(cache_dir() / f"{_digest([model, settings])[:32]}.json", model, settings)
+        return cls.for_settings(model_fingerprint(pipe), call_settings(pipe, call))
+
+    @classmethod
+    def for_settings(cls, model: dict[str, Any], settings: dict[str, Any]) -> AutoCache:
+        """The cache file of a model fingerprint at ``settings`` (any JSON-able values that change the result)."""
+        return cls(cache_dir() / f"{digest([model, settings])[:32]}.json", model, settings)
 
     def read(self) -> dict[str, Any]:
         """The file's content (an empty record when it does not exist or was cut short)."""

@@ -134,11 +134,9 @@ def test_cache_folder_follows_the_environment_variable(monkeypatch, tmp_path):
     assert cache_dir().parts[-2:] == ("diffspec", "auto")
 
 
-def test_auto_on_other_families_names_what_is_supported():
-    from diffspec.models import resolve_model_path
-
-    with pytest.raises(ValueError, match=r"method='auto' chooses among the diffusion methods for now.*ar_image.*sjd"):
-        SpeculativePipeline.from_pretrained(resolve_model_path("tiny-ar"), method="auto")
+def test_auto_takes_a_drafter_for_multimodal_targets_only(tiny_dit_pipe):
+    with pytest.raises(ValueError, match=r"method='auto' takes draft= \(a drafter model\) for multimodal targets only"):
+        SpeculativePipeline.from_pipe(tiny_dit_pipe, method="auto", draft=torch.nn.Linear(1, 1))
 
 
 def test_the_choice_holds_on_held_out_seeds_of_tiny_dit(cache):

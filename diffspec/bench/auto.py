@@ -1,0 +1,216 @@
+"""The ``auto`` suite: what ``method="auto"`` chooses on the shipped models, what choosing costs, and whether it holds.
+
+For every model (``tiny-dit``, ``tiny-ar``, ``tiny-vlm``) and quality preset, from an empty cache: the choice, its
+calibration cost in seconds (the first ``calibrate`` call, everything measured) and after how many items it pays for
+itself (``calibration_s / (plain - chosen seconds per item)``), the share of held-out items (seeds, labels or scenes
+not used for tuning) that meet the preset (``tiny-dit``: PSNR against full compute at the floor; AR image: exact
+methods, or ``gsd`` whose TV cap holds by construction; ``tiny-vlm``: greedy output identical to plain), and its
+wall-clock speedup next to the hand-tuned arms, all timed in the same process, interleaved (median of ``repeats``).
+
+Example:
+    >>> doc = run_auto("tiny-ar", repeats=2)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..api import SpeculativePipeline
+from ..metrics import psnr
+from ..pipelines.auto_cache import CACHE_ENV
+from ..pipelines.auto_cost import median_times
+from .report_readers import table
+from .timing import machine_info
+
+MODELS = ("tiny-dit", "tiny-ar", "tiny-vlm")
+PRESETS = {"tiny-dit": ("balanced", "fast"), "tiny-ar": ("exact", "fast"), "tiny-vlm": ("balanced",)}
+HAND_TUNED = {"tiny-dit": {"taylor": {"method": "taylor"}, "speca": {"method": "speca"}},
+              "tiny-ar": {"sjd": {"method": "sjd"}, "mc-sjd": {"method": "mc-sjd"}},
+              "tiny-vlm": {"draft": {"method": "draft"}}}
+"""Each model's arms at their defaults (``sjd``: window 16, ``mc-sjd``: 64, ``draft``: k = 5)."""
+ITEMS = 4
+HELD_OUT = 6
+DIT_STEPS = 10
+
+
+class _Model:
+    """One model's workload: calibration call, timed items (one call each), held-out quality check."""
+
+    def __init__(self, name: str, device: torch.device) -> None:
+        self.name, self.device = name, device
+        if name == "tiny-dit":
+            from ..models import load_pipeline
+
+            self.target = load_pipeline("tiny-dit", device=device)
+            self.target.set_progress_bar_config(disable=True)
+            self.call = {"class_labels": list(range(ITEMS)), "num_inference_steps": DIT_STEPS}
+        elif name == "tiny-ar":
+            from ..models import load_ar_target
+
+            self.target = load_ar_target("tiny-ar", device=device)
+            self.call = {"class_labels": list(range(ITEMS))}
+        else:
+            from ..data import render_scenes
+            from ..models.tiny_vlm import MAX_CAPTION_TOKENS, caption_inputs, load_tiny_vlm
+
+            model, processor, self.drafter, _ = load_tiny_vlm(device=device)
+            self.target = (model, processor)
+            scenes = render_scenes(ITEMS + HELD_OUT, seed=10**6)[0]
+            inputs = {k: v.to(device) for k, v in caption_inputs(processor, scenes).items()}
+            self.rows = [{k: v[i:i + 1] for k, v in inputs.items()} for i in range(ITEMS + HELD_OUT)]
+            self.options = {"max_new_tokens": MAX_CAPTION_TOKENS, "do_sample": False}
+            self.call = {k: v[:ITEMS] for k, v in inputs.items()} | self.options
+
+    def wrap(self, method: str, **overrides: Any) -> Any:
+        extra = {"draft": self.drafter} if self.name == "tiny-vlm" and method in ("auto", "draft") else {}
+        spec = SpeculativePipeline.from_pipe(self.target, method=method, **overrides, **extra)
+        if self.name == "tiny-ar":
+            spec.set_progress_bar_config(disable=True)
+        return spec
+
+    def one(self, runner: Callable[..., Any], i: int) -> Any:
+        """Item ``i`` (seed / label / scene ``i``) through ``runner`` (a diffusion pipeline takes one method at a
+        time: its wrappers are enabled for the call only)."""
+        if self.name == "tiny-vlm":
+            return runner(**self.rows[i], **self.options)
+        if self.name == "tiny-ar":
+            return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i),
+                          output_type="tokens")
+        wrapped = isinstance(runner, SpeculativePipeline)
+        if wrapped:
+            runner.enable()
+        try:
+            return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i),
+                          num_inference_steps=DIT_STEPS, output_type="np")
+        finally:
+            if wrapped:
+                runner.disable()
+
+    def plain(self, spec: Any) -> Callable[..., Any]:
+        """The full-compute runner next to ``spec``."""
+        if self.name == "tiny-dit":
+            return self.target
+        return getattr(spec, "run_unchanged", None) or spec.plain
+
+    def held_out(self, spec: Any, choice: dict[str, Any]) -> float:
+        """Share of the held-out items (``ITEMS`` on) meeting the preset."""
+        if self.name == "tiny-ar":
+            return 1.0 if choice["exact"] or (choice["config"] or {}).get("max_tv") is not None else 0.0
+        met = 0
+        for i in range(ITEMS, ITEMS + HELD_OUT):
+            ours, full = self.one(spec, i), self.one(self.plain(spec), i)
+            if self.name == "tiny-vlm":
+                met += bool(torch.equal(ours.sequences, full.sequences))
+            else:
+                value = psnr(torch.as_tensor(ours.images), torch.as_tensor(full.images), 1.0)
+                met += choice["floor"] is None or value >= choice["floor"]
+        return met / HELD_OUT
+
+
+def _items(model: _Model, runner: Callable[..., Any]) -> Callable[[], Any]:
+    return lambda: [model.one(runner, i) for i in range(ITEMS)]
+
+
+def _bench_model(name: str, device: torch.device, repeats: int, show_progress: bool) -> list[dict[str, Any]]:
+    model, runs = _Model(name, device), []
+    autos: dict[str, Any] = {}
+    for preset in PRESETS[name]:
+        spec = model.wrap("auto", quality=preset)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            choice = spec.calibrate(**model.call)
+        autos[preset] = (spec, choice, time.perf_counter() - start)
+        if name == "tiny-dit":
+            spec.disable()
+    hand = {}
+    for arm, cfg in HAND_TUNED[name].items():
+        hand[arm] = model.wrap(**cfg)
+        if name == "tiny-dit":
+            hand[arm].disable()
+    first = next(iter(autos.values()))[0]
+    arms = {"baseline": _items(model, model.plain(first)), **{a: _items(model, s) for a, s in hand.items()},
+            **{f"auto ({p})": _items(model, s) for p, (s, _, _) in autos.items()}}
+    with torch.inference_mode():
+        times = median_times(arms, device, repeats=repeats, warmup=1)
+    per_item = {arm: seconds / ITEMS for arm, seconds in times.items()}
+    for arm, seconds in per_item.items():
+        run: dict[str, Any] = {"model": name, "method": arm, "peer": False, "per_item_s": {"median": round(seconds, 5),
+                               "n": repeats}, "speedup_vs_baseline": round(per_item["baseline"] / seconds, 3)}
+        if arm in hand:
+            run["config"] = hand[arm].config.to_dict()
+        if arm.startswith("auto"):
+            preset = arm[len("auto ("):-1]
+            spec, choice, spent = autos[preset]
+            saved = per_item["baseline"] - seconds
+            with torch.inference_mode():
+                rate = model.held_out(spec, choice)
+            run.update({"config": choice["config"], "auto": {
+                "quality": preset, "choice": choice["method"], "exact": choice["exact"],
+                "calibration_s": round(spent, 2), "pays_off_after_items": round(spent / saved) if saved > 0 else None,
+                "held_out_rate": round(rate, 3), "held_out_items": HELD_OUT,
+                "expected_speedup": choice["speedup"], "calibration_measured_speedup": choice.get("measured_speedup"),
+                "calibration_psnr": choice.get("psnr")}})
+        runs.append(run)
+    return runs
+
+
+def run_auto(model: str | None = None, *, device: str | None = None, repeats: int = 3, show_progress: bool = True,
+             **_: Any) -> dict[str, Any]:
+    """Run the suite on ``model`` (a comma-separated subset of :data:`MODELS`; default all) from empty caches.
+
+    Raises:
+        ValueError: an unknown model.
+    """
+    names = [m.strip() for m in (model or ",".join(MODELS)).split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        raise ValueError(f"auto: unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    before = os.environ.get(CACHE_ENV)
+    runs = []
+    try:
+        for name in names:
+            with tempfile.TemporaryDirectory() as folder:
+                os.environ[CACHE_ENV] = folder  # every model calibrates from nothing
+                runs += _bench_model(name, dev, repeats, show_progress)
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+    return {"suite": "auto", "machine": machine_info(dev), "model": {"name": ",".join(names), "weights": "trained"},
+            "workload": {"items": ITEMS, "held_out": HELD_OUT, "dit_steps": DIT_STEPS, "repeats": repeats,
+                         "presets": {m: list(PRESETS[m]) for m in names}},
+            "runs": runs,
+            "notes": ["per_item_s.median: seconds per item (one image or caption per call), every arm of a model "
+                      "timed interleaved in one process after one warm-up; speedup_vs_baseline against full compute.",
+                      "auto.calibration_s: the preset's first calibrate call (cost curve, every candidate, the check "
+                      "run), the model's first preset from an empty cache, later presets reusing what it measured; "
+                      "pays_off_after_items: calibration_s over the seconds saved per item.",
+                      "auto.held_out_rate: items not used for tuning that meet the preset (tiny-dit: PSNR at the "
+                      "floor; tiny-ar: exact, or gsd's TV cap, which holds by construction; tiny-vlm: greedy "
+                      "captions identical to plain)."]}
+
+
+def auto_table(doc: dict[str, Any]) -> str:
+    """One row per model and arm: speedup per item, and for ``auto`` arms the choice, its cost and held-out rate."""
+    def choice(run: dict[str, Any]) -> str:
+        config = run.get("config") or {}
+        knobs = {k: config[k] for k in ("window", "num_draft_tokens", "full_steps", "order", "tau0", "max_tv",
+                                        "draft_layers") if k in config}
+        return f"{config.get('method', run['method'])} {knobs}" if config else run["method"]
+
+    def auto(key: str) -> Callable[[dict[str, Any]], Any]:
+        return lambda run: (run.get("auto") or {}).get(key, "")
+
+    return table(doc["runs"], [
+        ("model", "---", lambda r: r["model"]), ("arm", "---", lambda r: r["method"]), ("config", "---", choice),
+        ("s / item", "---:", lambda r: r["per_item_s"]["median"]), ("speedup", "---:", lambda r: r["speedup_vs_baseline"]),
+        ("calibration s", "---:", auto("calibration_s")), ("pays off after (items)", "---:", auto("pays_off_after_items")),
+        ("held-out rate", "---:", auto("held_out_rate"))])
