@@ -163,17 +163,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--init", type=Path, default=None,
                    help="continue from a saved tiny-dit folder (its record is extended with this run)")
     p.add_argument("--layers", type=int, default=7, help="transformer blocks (default 7; width 4 heads x 24)")
-    p.add_argument("--steps", type=int, default=4_800, help="optimizer steps; the cosine reaches 0 here")
+    p.add_argument("--steps", type=int, default=5_000, help="optimizer steps; the cosine reaches 0 here")
     p.add_argument("--minutes", type=float, default=600.0, help="stop early after this much wall time")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
     p.add_argument("--ema", type=float, default=0.999)
     p.add_argument("--label-dropout", type=float, default=0.1, help="share of null labels (classifier-free guidance)")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", type=int, default=60_000)
     p.add_argument("--eval-samples", type=int, default=1000, help="samples scored after training (0: none)")
     p.add_argument("--record", type=Path, default=RECORD)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: more threads than free cores slow training down sharply)")
     return p.parse_args()
 
 
