@@ -68,15 +68,20 @@ def encode_dataset(vae: AutoencoderKL, n: int, seed: int) -> tuple[torch.Tensor,
     return torch.cat(lats), torch.cat(labels)
 
 
-def learning_rate(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then a cosine to zero at ``total``.
+def learning_rate(step: int, peak: float, warmup: int, total: int, schedule: str = "cosine") -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then a cosine to zero at ``total`` (``schedule="cosine"``)
+    or ``peak`` throughout (``"constant"``, how the shipped tiny-dit was trained).
 
     Example:
         >>> learning_rate(0, 1e-3, 10, 110), learning_rate(60, 1e-3, 10, 110), learning_rate(110, 1e-3, 10, 110)
         (0.0001, 0.0005, 0.0)
+        >>> learning_rate(110, 1e-3, 0, 110, "constant")
+        0.001
     """
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "constant":
+        return peak
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return round(peak * 0.5 * (1 + math.cos(math.pi * progress)), 12)
 
@@ -91,7 +96,7 @@ def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Ten
     start, step, losses = time.time(), 0, []
     while step < args.steps and time.time() - start < args.minutes * 60:
         for group in opt.param_groups:
-            group["lr"] = learning_rate(step, args.lr, args.warmup, args.steps)
+            group["lr"] = learning_rate(step, args.lr, args.warmup, args.steps, args.schedule)
         idx = torch.randint(0, len(latents), (args.batch_size,), generator=g)
         x0, y = latents[idx], labels[idx].clone()
         y[torch.rand(len(y), generator=g) < args.label_dropout] = NULL_CLASS
@@ -167,6 +172,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=600.0, help="stop early after this much wall time")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
+    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                   help="cosine to 0 at --steps, or constant (the shipped tiny-dit's runs: --layers 5 --lr 5e-4 "
+                   "--warmup 0 --schedule constant)")
     p.add_argument("--ema", type=float, default=0.999)
     p.add_argument("--label-dropout", type=float, default=0.1, help="share of null labels (classifier-free guidance)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -196,7 +204,8 @@ def main() -> None:
     save_dit_pipeline(pipe, args.out, SHAPE_CLASSES)  # class names kept in model_index.json
     print(f"saved {args.out}", flush=True)
     run.update({"data": f"{args.data} latents of render_shapes(seed=3000000+), VAE posterior samples",
-                "lr": args.lr, "lr_schedule": f"linear warm-up {args.warmup} steps, cosine to 0 at {args.steps}",
+                "lr": args.lr, "lr_schedule": f"linear warm-up {args.warmup} steps, cosine to 0 at {args.steps}"
+                if args.schedule == "cosine" else f"linear warm-up {args.warmup} steps, then constant",
                 "ema": args.ema, "label_dropout": args.label_dropout, "layers": args.layers,
                 "params": sum(p.numel() for p in ema.parameters()), "stored_dtype": "float16"})
     if copied:

@@ -34,3 +34,7 @@ def test_a_wider_model_does_not_load(tmp_path):
     build_transformer(layers=2, heads=2, head_dim=8).save_pretrained(tmp_path)
     with pytest.raises((ValueError, RuntimeError)):
         load_into(build_transformer(layers=2, heads=2, head_dim=16), tmp_path)
+
+
+def test_the_constant_schedule_reproduces_the_shipped_runs_rate():
+    assert [learning_rate(s, 5e-4, 0, 100, "constant") for s in (0, 50, 5000)] == [5e-4] * 3
