@@ -1,0 +1,40 @@
+"""The tiny-dit training script's schedule and its growth of a saved model by identity blocks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from train_tiny_dit import build_transformer, learning_rate, load_into  # noqa: E402
+
+
+def test_learning_rate_warms_up_then_decays_to_zero():
+    lrs = [learning_rate(s, 1e-3, 10, 100) for s in range(101)]
+    assert lrs[9] == pytest.approx(1e-3) and lrs[0] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[100] == 0.0 and learning_rate(500, 1e-3, 10, 100) == 0.0
+
+
+def test_grown_model_computes_what_the_saved_one_did(tmp_path):
+    torch.manual_seed(0)
+    small = build_transformer(layers=2, heads=2, head_dim=8).eval()
+    small.save_pretrained(tmp_path)
+    grown = build_transformer(layers=3, heads=2, head_dim=8).eval()
+    assert load_into(grown, tmp_path) == 2
+    x, t, y = torch.randn(2, 4, 16, 16), torch.tensor([10, 900]), torch.tensor([3, 1000])
+    with torch.no_grad():
+        torch.testing.assert_close(grown(x, timestep=t, class_labels=y).sample, small(x, timestep=t, class_labels=y).sample)
+
+
+def test_a_wider_model_does_not_load(tmp_path):
+    build_transformer(layers=2, heads=2, head_dim=8).save_pretrained(tmp_path)
+    with pytest.raises((ValueError, RuntimeError)):
+        load_into(build_transformer(layers=2, heads=2, head_dim=16), tmp_path)
+
+
+def test_the_constant_schedule_reproduces_the_shipped_runs_rate():
+    assert [learning_rate(s, 5e-4, 0, 100, "constant") for s in (0, 50, 5000)] == [5e-4] * 3
