@@ -17,16 +17,19 @@ QUICK = (
     "tests/test_stats.py",
     # diffusion: taylor, speca, coupling, autospec; the batch CLI; ComfyUI
     "tests/pipelines/test_forecast_pipeline.py", "tests/pipelines/test_call_arguments.py",
-    "tests/pipelines/test_double_wrap.py", "tests/pipelines/test_auto.py::test_balanced_picks_the_fastest", "tests/pipelines/test_exact_sampling.py::test_random_dit_samples",
+    "tests/pipelines/test_double_wrap.py", "tests/pipelines/test_auto.py::test_balanced_picks_the_fastest",
+    "tests/pipelines/test_exact_sampling.py::test_random_dit_samples",
     "tests/pipelines/test_exact_sampling.py::test_a_planted_bias", "tests/pipelines/test_exact_sampling.py::test_unsup",
     "tests/forecast/test_taylor.py", "tests/speculation/test_coupling.py", "tests/batch/test_figures.py",
     "tests/batch/test_generate.py::test_jsonl_batch", "tests/batch/test_generate.py::test_bad_input",
     "tests/comfyui/test_comfy_nodes.py", "tests/comfyui/test_comfy_package.py",
     # AR image: sjd, mc-sjd, sjd-pac, mc-sjd-ra, gsd, lantern, lantern++
     "tests/pipelines/test_ar_image.py", "tests/ar_image/test_sjd_pac.py::test_greedy_is_identical_to_plain",
-    "tests/ar_image/test_mc_sjd_ra.py::test_greedy_is_identical_to_plain", "tests/ar_image/test_gsd.py::test_config_validation_and_registry",
+    "tests/ar_image/test_mc_sjd_ra.py::test_greedy_is_identical_to_plain",
+    "tests/ar_image/test_gsd.py::test_config_validation_and_registry",
     "tests/ar_image/test_gsd.py::test_gsd_with_group_one_is_mc_sjd_on_the_toy",
-    "tests/ar_image/test_lantern.py::test_registry_pipeline_and_stats", "tests/ar_image/test_lantern_tree.py::test_config_and_pipeline_routing",
+    "tests/ar_image/test_lantern.py::test_registry_pipeline_and_stats",
+    "tests/ar_image/test_lantern_tree.py::test_config_and_pipeline_routing",
     # multimodal: draft, text-draft, compressed-draft, self-draft, relaxed-action, relaxed-codec, speech
     "tests/multimodal/test_pipeline.py", "tests/multimodal/test_compressed_self_draft.py::test_pipeline_self",
     "tests/multimodal/test_action_pipeline.py", "tests/multimodal/test_relaxed_codec.py::test_pipeline_registry",
@@ -39,12 +42,13 @@ QUICK = (
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    quick = [item for item in items if item.nodeid.startswith(QUICK)]
     full = [item for item in items if not item.nodeid.startswith(QUICK)]
     for item in full:
         item.add_marker(pytest.mark.full)
     if not config.option.markexpr and config.args == config.getini("testpaths"):  # plain `pytest`: the quick suite
         config.hook.pytest_deselected(items=full)
-        items[:] = [item for item in items if item.nodeid.startswith(QUICK)]
+        items[:] = quick
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs CUDA")
         for item in items:

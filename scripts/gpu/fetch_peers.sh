@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Prepare .peers/ (git-ignored) for `session.sh ar-official`: the official SJD and SCD code (only the folders the
+# Prepare .peers/ (git-ignored) for `stages.sh ar-official`: the official SJD and SCD code (only the folders the
 # side-by-side imports) and the wheels of the transformers they pin, for Python 3.12 on x86-64. Never committed.
 #
 #   bash scripts/gpu/fetch_peers.sh [SJD_SOURCE] [SCD_SOURCE]
 #
 # A SOURCE is a git URL (default: the GitHub repositories) or a local git directory (bare or not). Then carry
-# ".peers" to the GPU machine: run(command="bash scripts/gpu/session.sh ar-official", carry=[".peers"]).
+# ".peers" to the GPU machine: run(command="bash scripts/gpu/stages.sh ar-official", carry=[".peers"]).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 sjd_src="${1:-https://github.com/tyshiwo1/Accelerating-T2I-AR-with-SJD}"

@@ -3,7 +3,7 @@
 # diffusers / cache-dit and no package index; not importlib_metadata: Python 3.12 there has importlib.metadata,
 # which diffusers uses, and importlib_metadata 10.x would need lazy_importer) into .whl/ at the repository root (git-ignored).
 # Run here, before a GPU session; then pass carry=[".whl"] to the device tool's run and start the
-# command with scripts/gpu/session.sh, which installs them into /tmp/site.
+# command with scripts/gpu/stages.sh, which installs them into /tmp/site.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .whl

@@ -3,7 +3,7 @@
 # with `.whl/` next to it; results land in $OUT, named after the GPU).
 #
 #   with network:  bash scripts/gpu/fetch_wheels.sh           # diffusers, cache-dit -> .whl/
-#   on the GPU:    bash scripts/gpu/session.sh kernels         # or several stages: session.sh ar-graphs ar-official
+#   on the GPU:    bash scripts/gpu/stages.sh kernels         # or several stages: stages.sh ar-graphs ar-official
 #                  (ar-official also needs .peers/ from scripts/gpu/fetch_peers.sh)
 #
 # Stages, most decisive first:
@@ -40,7 +40,7 @@
 # ~1.5 min; on an H100 (2026-11-27): kernels ~2 min, a machine start under 1 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: session.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: stages.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
