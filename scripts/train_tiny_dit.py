@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from diffusers import AutoencoderKL, DDIMScheduler, DDPMScheduler, DiTPipeline, DiTTransformer2DModel
 
 from diffspec.data import SHAPE_CLASSES, make_grid_png, render_shapes
@@ -91,33 +90,40 @@ def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Ten
     """Epsilon-prediction training with label dropout and an EMA copy; returns the EMA model and the run's figures."""
     ema = copy.deepcopy(model).eval().requires_grad_(False)
     noise_sched = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02)
+    snr = noise_sched.alphas_cumprod / (1 - noise_sched.alphas_cumprod)
+    weight = (snr.clamp(max=args.min_snr) / snr if args.min_snr > 0 else torch.ones_like(snr)).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    g = torch.Generator().manual_seed(0)
-    start, step, losses = time.time(), 0, []
+    g = torch.Generator(args.device).manual_seed(0)
+    latents, labels = latents.to(args.device), labels.to(args.device)
+    start, step, window, last_avg = time.time(), 0, torch.zeros((), device=args.device), float("nan")
+    ema_params, params = list(ema.parameters()), list(model.parameters())
     while step < args.steps and time.time() - start < args.minutes * 60:
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, args.lr, args.warmup, args.steps, args.schedule)
-        idx = torch.randint(0, len(latents), (args.batch_size,), generator=g)
+        idx = torch.randint(0, len(latents), (args.batch_size,), generator=g, device=args.device)
         x0, y = latents[idx], labels[idx].clone()
-        y[torch.rand(len(y), generator=g) < args.label_dropout] = NULL_CLASS
-        t = torch.randint(0, 1000, (len(x0),), generator=g)
-        noise = torch.randn(x0.shape, generator=g)
-        loss = F.mse_loss(model(noise_sched.add_noise(x0, noise, t), timestep=t, class_labels=y).sample, noise)
+        y[torch.rand(len(y), generator=g, device=args.device) < args.label_dropout] = NULL_CLASS
+        t = torch.randint(0, 1000, (len(x0),), generator=g, device=args.device)
+        noise = torch.randn(x0.shape, generator=g, device=args.device)
+        pred = model(noise_sched.add_noise(x0, noise, t), timestep=t, class_labels=y).sample
+        loss = (weight[t] * (pred - noise).pow(2).mean(dim=(1, 2, 3))).mean()  # min-SNR weights (1 when off)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         decay = min(args.ema, (1 + step) / (10 + step))
         with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), model.parameters()):
-                pe.lerp_(pm, 1 - decay)
-        losses.append(loss.item())
-        if step % 200 == 0:
-            print(f"step {step} loss {sum(losses[-200:]) / len(losses[-200:]):.4f} lr {opt.param_groups[0]['lr']:.2e} "
-                  f"({time.time() - start:.0f}s)", flush=True)
+            torch._foreach_lerp_(ema_params, params, 1 - decay)
+            window += loss.detach()
         step += 1
+        if step % 200 == 0:  # the one host sync: every 200 steps
+            last_avg, window = float(window) / 200, torch.zeros((), device=args.device)
+            print(f"step {step} loss {last_avg:.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                  f"({time.time() - start:.0f}s)", flush=True)
+    if step % 200:  # the last, partial window
+        last_avg = float(window) / (step % 200)
     return ema, {"steps": step, "batch_size": args.batch_size, "wall_s": time.time() - start,
-                 "final_loss_avg200": sum(losses[-200:]) / len(losses[-200:])}
+                 "final_loss_avg200": last_avg}
 
 
 @torch.no_grad()
@@ -168,6 +174,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--init", type=Path, default=None,
                    help="continue from a saved tiny-dit folder (its record is extended with this run)")
     p.add_argument("--layers", type=int, default=7, help="transformer blocks (default 7; width 4 heads x 24)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    p.add_argument("--head-dim", type=int, default=24, help="width of a head (default 24)")
     p.add_argument("--steps", type=int, default=5_000, help="optimizer steps; the cosine reaches 0 here")
     p.add_argument("--minutes", type=float, default=600.0, help="stop early after this much wall time")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
@@ -181,6 +189,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--data", type=int, default=60_000)
     p.add_argument("--eval-samples", type=int, default=1000, help="samples scored after training (0: none)")
     p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument("--min-snr", type=float, default=0.0,
+                   help="min-SNR-gamma loss weights min(SNR, gamma)/SNR (0: plain epsilon MSE, the shipped runs)")
+    p.add_argument("--device", default="cpu", help="where to train (cuda on a GPU machine)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: more threads than free cores slow training down sharply)")
     return p.parse_args()
@@ -194,9 +205,10 @@ def main() -> None:
     t0 = time.time()
     latents, labels = encode_dataset(vae, args.data, seed=3_000_000)
     print(f"encoded {len(latents)} latents in {time.time() - t0:.0f}s; std {latents.std():.3f}", flush=True)
-    model = build_transformer(layers=args.layers).train()
+    model = build_transformer(layers=args.layers, heads=args.heads, head_dim=args.head_dim).train()
     copied = load_into(model, args.init / "transformer") if args.init is not None else 0
-    ema, run = train(model, latents, labels, args)
+    ema, run = train(model.to(args.device), latents, labels, args)
+    ema = ema.cpu()
     scheduler = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02,
                               clip_sample=False, set_alpha_to_one=False)
     # stored in fp16 to keep the shipped file small; diffusers loads it back as float32 by default
@@ -206,7 +218,8 @@ def main() -> None:
     run.update({"data": f"{args.data} latents of render_shapes(seed=3000000+), VAE posterior samples",
                 "lr": args.lr, "lr_schedule": f"linear warm-up {args.warmup} steps, cosine to 0 at {args.steps}"
                 if args.schedule == "cosine" else f"linear warm-up {args.warmup} steps, then constant",
-                "ema": args.ema, "label_dropout": args.label_dropout, "layers": args.layers,
+                "ema": args.ema, "label_dropout": args.label_dropout, "layers": args.layers, "heads": args.heads,
+                "head_dim": args.head_dim, "min_snr": args.min_snr, "device": args.device,
                 "params": sum(p.numel() for p in ema.parameters()), "stored_dtype": "float16"})
     if copied:
         run["init_blocks"] = f"{copied} blocks from {args.init}, {args.layers - copied} new as identities"

@@ -158,7 +158,7 @@ def test_every_flag_has_help_and_generate_help_lists_the_diffusion_methods(capsy
 
 def test_bench_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "b.json"
-    assert main(["bench", "dit-cache", "--model", "tiny-flux", "--methods", "taylor,fewer-steps", "--steps", "6",
+    assert main(["bench", "dit-cache", "--model", "tiny-flux-random", "--methods", "taylor,fewer-steps", "--steps", "6",
                  "--repeats", "1", "--warmup", "0", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert [r["method"] for r in doc["runs"]] == ["baseline", "taylor", "fewer-steps"]

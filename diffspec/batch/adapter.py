@@ -70,8 +70,11 @@ class PipelineAdapter:
     """Builds call kwargs for a batch of compatible items and splits the output per item."""
 
     def __init__(self, pipe: Any) -> None:
+        from ..models.dit import call_defaults
+
         self.pipe = pipe
         self.params = set(inspect.signature(pipe.__call__).parameters)
+        self.defaults = {k: v for k, v in call_defaults(pipe).items() if k in self.params}  # the model's own
         self.class_conditional = is_class_conditional(pipe)
         self.video = "num_frames" in self.params
 
@@ -124,6 +127,8 @@ class PipelineAdapter:
                 kw[field] = getattr(first, field)
         for arg, path in first.input_images().items():  # shared by the batch (batch_key)
             kw[arg] = _load_image(path)
+        for arg, value in self.defaults.items():  # what the model was trained for, where the item is silent
+            kw.setdefault(arg, value)
         return kw
 
     def outputs(self, result: Any) -> list[np.ndarray]:

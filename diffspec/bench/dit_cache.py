@@ -24,6 +24,7 @@ warmup, graphs compiled after it are counted per run, counting and quality passe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +211,19 @@ def _speca_record(workload: Workload) -> dict[str, Any] | None:
 
 
 def default_steps(model: str) -> int:
-    """50 for DiT-style models, 28 for flow-matching ones (SD3, Flux), as their pipelines use."""
+    """50 for DiT-style models, 28 for flow-matching ones (SD3, Flux), as their pipelines use; a model folder's
+    ``diffspec_model.json`` may name its own (``"steps"``: 28 for ``tiny-flux``)."""
     base = loop_base(model)
-    return 28 if base is not None and SPECS[base].family in ("sd3", "flux") else 50
+    if base is None:
+        from ..models import resolve_model_path
+        from ..models.dit import MODEL_FILE
+
+        try:
+            settings = resolve_model_path(model) / MODEL_FILE
+        except ValueError:
+            return 50
+        return int(json.loads(settings.read_text()).get("steps", 50)) if settings.is_file() else 50
+    return 28 if SPECS[base].family in ("sd3", "flux") else 50
 
 
 def run_dit_cache(model: str = "tiny-dit", *, methods: list[str] | None = None, device: str | None = None,

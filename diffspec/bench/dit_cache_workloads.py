@@ -51,9 +51,11 @@ class PipelineWorkload(Workload):
                  guidance_scale: float, prompts: list[str] | None = None,
                  call_kwargs: dict[str, Any] | None = None) -> None:
         from ..models import load_pipeline
+        from ..models.dit import call_defaults, model_settings
 
         self.name = model
         self.pipe = load_pipeline(model, dtype=dtype, device=device)
+        self.judge = model_settings(self.pipe).get("judge")  # "prompted-scenes": scored by the scene judge
         self.class_conditional = hasattr(self.pipe, "get_label_ids")
         if getattr(self.pipe, "transformer", None) is None:
             raise ValueError(f"dit-cache pipeline workload needs a transformer pipeline; {model!r} is a "
@@ -65,8 +67,8 @@ class PipelineWorkload(Workload):
         self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
         self.guidance_scale = guidance_scale
         self.num_classes = len(self.pipe.labels) if getattr(self.pipe, "labels", None) else 1000
-        self.prompts = list(prompts or DEFAULT_PROMPTS)
-        self.call_kwargs = dict(call_kwargs or {})
+        self.prompts = list(prompts or (judged_prompts(batch) if self.judge else DEFAULT_PROMPTS))
+        self.call_kwargs = {**call_defaults(self.pipe), **(call_kwargs or {})}
         self.seeds = list(range(batch))
 
     def labels_for(self, seeds: list[int]) -> list[int]:
@@ -93,6 +95,8 @@ class PipelineWorkload(Workload):
         return arm
 
     def quality(self, images: torch.Tensor, reference: torch.Tensor, seeds: list[int]) -> dict[str, Any]:
+        if self.judge:
+            return prompted_quality(images, reference, [self.prompts[s % len(self.prompts)] for s in seeds])
         if not self.class_conditional:  # no classifier for this model: agreement with the full run only
             flat = images.flatten(0, images.ndim - 4) if images.ndim > 4 else images  # video frames as images
             ref = reference.flatten(0, reference.ndim - 4) if reference.ndim > 4 else reference
@@ -119,8 +123,33 @@ class PipelineWorkload(Workload):
                 "num_frames": self.call_kwargs.get("num_frames"), "prompts": self.prompts}
 
 
+JUDGED_PROMPT_SEED = 10**7
+"""Seed of the prompted scenes whose prompts a judged model is benchmarked on (apart from training data)."""
+
+
+def judged_prompts(n: int) -> list[str]:
+    """``n`` held-out prompts of :func:`~diffspec.data.render_prompted_scenes` (``tiny-flux``'s workload)."""
+    from ..data import render_prompted_scenes
+
+    return render_prompted_scenes(max(n, 1), seed=JUDGED_PROMPT_SEED)[1]
+
+
+def prompted_quality(images: torch.Tensor, reference: torch.Tensor, prompts: list[str]) -> dict[str, Any]:
+    """PSNR/SSIM against the full run, the scene judge's prompt accuracy (``accuracy``) and reference FID, and the
+    paired change of prompt accuracy against the full run (same seeds) with its standard error."""
+    from ..models.scene_judge import prompt_correct, scene_fid
+
+    ok, ref_ok = prompt_correct(images * 2 - 1, prompts)["prompt"], prompt_correct(reference * 2 - 1, prompts)["prompt"]
+    diff = ok.double() - ref_ok.double()
+    se = float(diff.std() / len(diff) ** 0.5) if len(diff) > 1 else float("nan")
+    return {"psnr": psnr(images, reference, data_range=1.0), "ssim": ssim(images, reference), "lpips": None,
+            "fid": round(scene_fid(images * 2 - 1), 3) if len(images) > 1 else None,
+            "accuracy": round(float(ok.double().mean()), 4), "accuracy_delta": round(float(diff.mean()), 4),
+            "accuracy_delta_se": round(se, 4)}
+
+
 CONTROLNET_WORKLOADS: dict[str, tuple[str, int, int]] = {
-    "tiny-flux-controlnet": ("tiny-flux", 1, 2),
+    "tiny-flux-controlnet": ("tiny-flux-random", 1, 2),
     "flux-1024-controlnet": ("flux-1024", 5, 10),  # the depth of InstantX's FLUX.1-dev Union ControlNet
 }
 """Loop workloads with a random-weight ``FluxControlNetModel`` called before the transformer at every step, as

@@ -72,10 +72,7 @@ def render_scenes(n: int, *, seed: int, size: int = 32, noise: float = 0.05) -> 
     Returns:
         ``(images, captions)``: float32 (n, 3, size, size) in [-1, 1] and ``n`` caption strings.
     """
-    if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
-    if size < 8 or size % 2:
-        raise ValueError(f"size={size} must be an even number >= 8")
+    _check_sizes(n, size)
     g = torch.Generator().manual_seed(seed)
     count = 2 + (torch.rand(n, generator=g) < 0.5).long()  # 2 or 3 objects
     rank = torch.rand(n, 4, generator=g).argsort(1).argsort(1)
@@ -83,8 +80,23 @@ def render_scenes(n: int, *, seed: int, size: int = 32, noise: float = 0.05) -> 
     shape = torch.randint(0, len(SCENE_SHAPES), (n, 4), generator=g)
     colour = torch.randint(0, len(COLOURS), (n, 4), generator=g)
     scale_idx = torch.randint(0, len(SIZES), (n, 4), generator=g)
-    jitter = (torch.rand(n, 4, 2, generator=g) - 0.5) * 0.16  # cell-frame centre jitter
+    images = draw_cells(present, shape, colour, scale_idx, g, size=size, noise=noise)
+    return images, caption_of(present, shape, colour, scale_idx)
 
+
+def _check_sizes(n: int, size: int) -> None:
+    if n < 1:
+        raise ValueError(f"n={n} must be >= 1")
+    if size < 8 or size % 2:
+        raise ValueError(f"size={size} must be an even number >= 8")
+
+
+def draw_cells(present: torch.Tensor, shape: torch.Tensor, colour: torch.Tensor, scale_idx: torch.Tensor,
+               g: torch.Generator, *, size: int = 32, noise: float = 0.05) -> torch.Tensor:
+    """Draw scenes from per-cell attributes, each (n, 4) as in :func:`caption_of`; the centre jitter,
+    background and pixel noise come from ``g``. Returns float32 (n, 3, size, size) in [-1, 1]."""
+    n = present.shape[0]
+    jitter = (torch.rand(n, 4, 2, generator=g) - 0.5) * 0.16  # cell-frame centre jitter
     hi = 2 * size
     half = hi // 2  # each cell is drawn in its own window (shapes stay inside their cell)
     lin = (torch.arange(half, dtype=torch.float32) + 0.5) / half * 2 - 1
@@ -102,4 +114,4 @@ def render_scenes(n: int, *, seed: int, size: int = 32, noise: float = 0.05) -> 
     bottom = torch.cat([cells[:, 2], cells[:, 3]], dim=3)
     img = torch.cat([top, bottom], dim=2)
     img = F.avg_pool2d(img, 2) + noise * torch.randn(n, 3, size, size, generator=g)
-    return img.clamp(-1, 1), caption_of(present, shape, colour, scale_idx)
+    return img.clamp(-1, 1)

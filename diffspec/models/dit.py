@@ -94,4 +94,34 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
     vae = getattr(pipe, "vae", None)
     if type(vae).__name__ in TILED_ONLY_VAES:
         vae.enable_tiling()
+    defaults = call_defaults(pipe)
+    if "height" in defaults and hasattr(pipe, "default_sample_size") and hasattr(pipe, "vae_scale_factor"):
+        pipe.default_sample_size = defaults["height"] // pipe.vae_scale_factor  # FLUX-style pipelines: size default
     return pipe.to(device) if device is not None else pipe
+
+
+MODEL_FILE = "diffspec_model.json"
+"""A model folder's diffspec settings: ``call_defaults``, the pipeline arguments the model was trained for
+(``height``, ``width``, ``max_sequence_length``; applied by ``diffspec generate`` and the benchmarks where the
+caller gives none), and ``judge``, what scores its samples (``"prompted-scenes"``:
+:mod:`~diffspec.models.scene_judge`)."""
+
+
+def model_settings(pipe: Any) -> dict[str, Any]:
+    """The :data:`MODEL_FILE` of the folder ``pipe`` was loaded from (``{}`` when it has none)."""
+    folder = Path(str(getattr(pipe, "name_or_path", "") or getattr(pipe.config, "_name_or_path", "") or ""))
+    path = folder / MODEL_FILE
+    if not str(folder) or not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def call_defaults(pipe: Any) -> dict[str, Any]:
+    """The pipeline arguments the model was trained for, e.g. ``{"height": 32, "width": 32,
+    "max_sequence_length": 24}`` for ``tiny-flux`` (``{}`` for most folders).
+
+    Example:
+        >>> call_defaults(load_pipeline("tiny-flux"))  # doctest: +SKIP
+        {'height': 32, 'width': 32, 'max_sequence_length': 24}
+    """
+    return dict(model_settings(pipe).get("call_defaults", {}))

@@ -72,8 +72,8 @@ SPECS: dict[str, TransformerSpec] = {
              pooled_projection_dim=16, out_channels=4),
         8, 6,
     ),
-    "tiny-flux": TransformerSpec(
-        "tiny-flux", "flux",
+    "tiny-flux-random": TransformerSpec(
+        "tiny-flux-random", "flux",
         dict(patch_size=1, in_channels=8, num_layers=2, num_single_layers=3, attention_head_dim=16,
              num_attention_heads=2, joint_attention_dim=24, pooled_projection_dim=16,
              guidance_embeds=False, axes_dims_rope=(4, 6, 6)),
@@ -361,7 +361,7 @@ def build_flux_controlnet(transformer: nn.Module, double: int, single: int, *, s
     default ``0.1 / sqrt(fan_in)`` (residuals about a tenth of the stream).
 
     Example:
-        >>> controlnet = build_flux_controlnet(build_transformer("tiny-flux"), 1, 2)
+        >>> controlnet = build_flux_controlnet(build_transformer("tiny-flux-random"), 1, 2)
         >>> len(controlnet.transformer_blocks), len(controlnet.single_transformer_blocks)
         (1, 2)
     """

@@ -44,7 +44,7 @@ from .video_pipelines import (
 )
 
 TINY_PIPELINES: dict[str, Callable[[int], Any]] = {
-    "tiny-flux": build_tiny_flux,
+    "tiny-flux-random": build_tiny_flux,
     "tiny-wan": build_tiny_wan,
     "tiny-wan22": build_tiny_wan22,
     "tiny-wan22-i2v": build_tiny_wan22_i2v,

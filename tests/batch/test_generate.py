@@ -128,7 +128,7 @@ def test_a_controlnet_pipeline_takes_each_items_control_image(tmp_path, capsys):
     from diffspec.testing.random_transformers import build_flux_controlnet
     from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
-    flux = build_tiny_pipeline("tiny-flux")
+    flux = build_tiny_pipeline("tiny-flux-random")
     controlnet = build_flux_controlnet(flux.transformer, 1, 2, std=0.3)
     FluxControlNetPipeline(**flux.components, controlnet=controlnet).save_pretrained(tmp_path / "cn")
     gen = np.random.default_rng(0)

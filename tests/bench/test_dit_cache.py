@@ -24,7 +24,7 @@ RUN_KEYS = {"method", "peer", "config", "latency_s", "target_calls", "target_eva
             "speedup_vs_baseline", "quality"}
 
 
-@pytest.mark.parametrize("model", ["tiny-flux", "tiny-dit-random"])
+@pytest.mark.parametrize("model", ["tiny-flux-random", "tiny-dit-random"])
 def test_loop_suite_writes_the_benchmark_json_with_every_arm(tmp_path, model):
     out = tmp_path / "r.json"
     doc = run_bench("dit-cache", out=out, model=model, steps=12, repeats=2, warmup=1, show_progress=False)
@@ -89,9 +89,9 @@ def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="meant for a GPU"):
         run_bench("dit-cache", model="flux-1024", device="cpu")
     with pytest.raises(ValueError, match="unknown method"):
-        run_bench("dit-cache", model="tiny-flux", methods=["warp"], steps=4, show_progress=False)
+        run_bench("dit-cache", model="tiny-flux-random", methods=["warp"], steps=4, show_progress=False)
     with pytest.raises(ValueError, match="repeats=0"):
-        run_bench("dit-cache", model="tiny-flux", repeats=0)
+        run_bench("dit-cache", model="tiny-flux-random", repeats=0)
 
 
 # The peers beside diffusers' defaults: cache-dit's DBCache (alone and with its TaylorSeer calibrator)
@@ -140,7 +140,7 @@ def test_new_peers_skip_work_on_the_tiny_dit_pipeline():
     assert runs["cache-dit-dbcache"]["config"]["adapter"]["mode"].startswith("pipeline")
 
 
-@pytest.mark.parametrize("model", ["tiny-pixart", "tiny-dit-random", "tiny-flux", "tiny-dit"])
+@pytest.mark.parametrize("model", ["tiny-pixart", "tiny-dit-random", "tiny-flux-random", "tiny-dit"])
 def test_cache_dit_detach_restores_the_uncached_model_bit_for_bit(model):
     pytest.importorskip("cache_dit")
     w = make_workload(model, device=torch.device("cpu"), dtype=torch.float32, steps=10, batch=1, guidance_scale=4.0)
@@ -200,7 +200,7 @@ def test_tuned_taylorseer_follows_taylors_schedule():
     assert taylorseer_full_steps(default, 50) == 13  # diffusers' defaults already run this schedule
 
 
-@pytest.mark.parametrize("model", ["tiny-flux", "tiny-flux2", "tiny-qwenimage", "tiny-wan", "tiny-dit-random"])
+@pytest.mark.parametrize("model", ["tiny-flux-random", "tiny-flux2", "tiny-qwenimage", "tiny-wan", "tiny-dit-random"])
 def test_loop_workload_integrates_the_whole_sigma_range(model, monkeypatch):
     """The loop's Euler steps add up to one unit of sigma whatever the family's timestep units (sigma, 1000 * sigma
     or DDPM's 0..999): a constant prediction v moves the latents by -v."""
@@ -242,7 +242,7 @@ def test_controlnet_workload_counts_controlnet_calls_per_arm(tmp_path):
     assert speca["stats"]["extra"]["controlnet_forecast"] == 12 - speca["controlnet_calls"] > 0
     assert 40 < runs["taylor"]["quality"]["psnr"] < 100 and 40 < reference["quality"]["psnr"] < 100
     with pytest.raises(ValueError, match="unknown method"):
-        run_bench("dit-cache", model="tiny-flux", steps=4, repeats=1, methods=["taylor-controlnet-every-step"],
+        run_bench("dit-cache", model="tiny-flux-random", steps=4, repeats=1, methods=["taylor-controlnet-every-step"],
                   show_progress=False)
 
 
@@ -251,7 +251,7 @@ def test_a_text_pipeline_folder_is_a_pipeline_workload(tmp_path):
     quality is agreement with the full run (no classifier: no FID or accuracy)."""
     from diffspec.testing.tiny_pipelines import save_tiny_pipeline
 
-    folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
+    folder = save_tiny_pipeline("tiny-flux-random", tmp_path / "flux")
     doc = run_bench("dit-cache", model=str(folder), steps=4, batch=1, repeats=1, warmup=0, quality_samples=2,
                     methods=["taylor", "fewer-steps"], overrides={"warmup": 1, "interval": 2},
                     call_kwargs={"height": 16, "width": 24}, show_progress=False)
@@ -265,7 +265,7 @@ def test_a_text_pipeline_folder_is_a_pipeline_workload(tmp_path):
 def test_text_workload_flags_are_refused_where_they_do_not_apply(capsys):
     from diffspec.cli import main
 
-    assert main(["bench", "dit-cache", "--model", "tiny-flux", "--height", "16"]) == 2
+    assert main(["bench", "dit-cache", "--model", "tiny-flux-random", "--height", "16"]) == 2
     assert "text-conditioned pipeline folders" in capsys.readouterr().err
     assert main(["bench", "ar-image", "--height", "16"]) == 2
     assert "apply to the dit-cache suite" in capsys.readouterr().err

@@ -111,7 +111,7 @@ def test_taylorseer_peer_can_forecast_every_heavy_submodule_of_flux():
 
     from diffspec.testing.random_transformers import build_transformer
 
-    flux = build_transformer("tiny-flux")
+    flux = build_transformer("tiny-flux-random")
     names = [n for n, _ in flux.named_modules()]
     cached = {n.split(".", 2)[-1] for n in names if any(re.fullmatch(p, n) for p in equal_evals.ATTENTION_FF_IDENTIFIERS)}
     assert {"attn", "ff", "ff_context", "proj_mlp", "proj_out"} <= cached

@@ -53,7 +53,7 @@ def test_calibrate_a_text_pipeline_folder_and_speca_loads_it(tmp_path, capsys):
     from diffspec import SpeculativePipeline
     from diffspec.testing.tiny_pipelines import save_tiny_pipeline
 
-    folder = save_tiny_pipeline("tiny-flux", tmp_path / "flux")
+    folder = save_tiny_pipeline("tiny-flux-random", tmp_path / "flux")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red fox\n# a comment\na blue boat\n")
     argv = ["calibrate", "--model", str(folder), "--steps", "8", "--samples", "2", "--target-psnr", "30",

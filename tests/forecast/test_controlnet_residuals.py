@@ -28,7 +28,7 @@ STEPS = 20
 # i - 1 after block i; SD3 adds none after its context_pre_only last block; Chroma adds its single samples in place to
 # the image tokens of its joint [text | image] stream; Z-Image takes a {layer index: residual} dict.
 SAMPLES = {
-    "tiny-flux": {"controlnet_block_samples": ("transformer_blocks", 1, 0),
+    "tiny-flux-random": {"controlnet_block_samples": ("transformer_blocks", 1, 0),
                   "controlnet_single_block_samples": ("single_transformer_blocks", 2, 0)},
     "tiny-sd3": {"block_controlnet_hidden_states": ("transformer_blocks", 3, 0)},
     "tiny-qwenimage": {"controlnet_block_samples": ("transformer_blocks", 2, 0)},
@@ -153,7 +153,7 @@ def test_speca_boundaries_with_residuals(name):
 def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(scale_row_errors):
     """Row 1's checks always fail, row 0's pass: the verifier and the recomputes run on one row, with the ControlNet
     residual lists sliced to it. Row 0 gets what it gets when every row passes, row 1 the baseline's output."""
-    name = "tiny-flux"
+    name = "tiny-flux-random"
     model, x0, call, ts = _with_residuals(name)
     cfg = SpecaConfig(tau0=1e6, beta=1.0, tau_min=1e6, k_min=0, k_max=4)
     def run(row_error_scale=None):
@@ -171,7 +171,7 @@ def test_verifier_and_recomputes_on_row_subsets_slice_the_residuals(scale_row_er
 def test_through_a_tiny_flux_controlnet(override_profile):
     """The residuals of a real (tiny, random) FluxControlNetModel, called on the current latents at every step as
     FluxControlNetPipeline calls it (one double sample for two double blocks, three single samples)."""
-    name = "tiny-flux"
+    name = "tiny-flux-random"
     model = build_transformer(name)
     x0, call = make_call(name, batch=2)
     ts = timesteps_for(name, STEPS)

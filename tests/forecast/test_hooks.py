@@ -185,9 +185,9 @@ def test_unknown_architecture_names_supported():
 
 
 def test_blocks_named_in_the_config_are_used_and_bad_names_listed():
-    model = build_transformer("tiny-flux")
-    x0, call = make_call("tiny-flux", batch=1)
-    ts = timesteps_for("tiny-flux", 12)
+    model = build_transformer("tiny-flux-random")
+    x0, call = make_call("tiny-flux-random", batch=1)
+    ts = timesteps_for("tiny-flux-random", 12)
     only_double = ForecastHooks(model, ForecastConfig(blocks=("transformer_blocks",)), SpecStats(), lambda: 12)
     assert [n for n, _ in only_double.block_lists] == ["transformer_blocks"]
     calls = {"single": 0}

@@ -15,7 +15,7 @@ from diffspec.forecast.taylor import TaylorForecaster
 from diffspec.stats import SpecStats
 from diffspec.testing.random_transformers import build_transformer, make_call, timesteps_for
 
-MODULE_MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux"]
+MODULE_MODELS = ["tiny-dit-random", "tiny-pixart", "tiny-sd3", "tiny-flux-random"]
 STEPS = 16
 
 
@@ -84,7 +84,7 @@ def test_module_interval_one_is_bit_identical(name):
     assert torch.equal(out, baseline)
 
 
-@pytest.mark.parametrize("name", ["tiny-dit-random", "tiny-flux"])
+@pytest.mark.parametrize("name", ["tiny-dit-random", "tiny-flux-random"])
 def test_speca_module_boundary_oracles(name):
     baseline, _ = _run(name, None)
     strict, stats = _run(name, SpecaConfig(granularity="module", tau0=0.0, beta=1.0, tau_min=0.0, k_min=0))

@@ -66,7 +66,7 @@ def test_accepted_drafts_commit_the_verified_block(name):
 
 def test_rows_decide_independently_of_their_batch():
     """Row 0 (and row 1) get the same output whatever row shares the batch, though rows decide differently."""
-    name = "tiny-flux"
+    name = "tiny-flux-random"
     model = build_transformer(name)
     x, call = make_call(name, batch=2, seed=3)  # conditioning is fixed per row position
     cfg = SpecaConfig(tau0=0.02, beta=0.5, tau_min=0.005, k_min=0, k_max=6)

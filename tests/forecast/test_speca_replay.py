@@ -25,7 +25,7 @@ def _run(name, config, batch=1):
     return x, stats
 
 
-@pytest.mark.parametrize("name", ["tiny-dit-random", "tiny-flux"])
+@pytest.mark.parametrize("name", ["tiny-dit-random", "tiny-flux-random"])
 def test_replaying_taylors_schedule_is_bit_identical_to_taylor(name):
     taylor_cfg = ForecastConfig(order=2, interval=4, warmup=2)
     plan = Schedule.of(taylor_cfg).without_rejections(STEPS)

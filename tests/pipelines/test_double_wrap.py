@@ -117,7 +117,7 @@ def test_both_wan22_experts_are_guarded_and_restored(wan22):
 def test_a_controlnet_is_guarded_and_restored():
     from diffusers import FluxControlNetPipeline
 
-    flux = build_tiny_pipeline("tiny-flux")
+    flux = build_tiny_pipeline("tiny-flux-random")
     pipe = FluxControlNetPipeline(**flux.components, controlnet=build_flux_controlnet(flux.transformer, 1, 1, seed=1))
     before = module_state(pipe)
     spec = SpeculativePipeline.from_pipe(pipe, method="taylor", granularity="module")  # blocks and submodules

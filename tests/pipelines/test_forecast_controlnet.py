@@ -24,7 +24,7 @@ def pipe():
     from diffusers import FluxControlNetPipeline
 
     torch.set_num_threads(1)
-    flux = build_tiny_pipeline("tiny-flux")
+    flux = build_tiny_pipeline("tiny-flux-random")
     controlnet = build_flux_controlnet(flux.transformer, 1, 2, std=0.3, seed=1)
     pipe = FluxControlNetPipeline(**flux.components, controlnet=controlnet)
     pipe.set_progress_bar_config(disable=True)
@@ -169,7 +169,7 @@ def test_instance_forwards_set_before_attaching_are_kept_and_restored():
     from accelerate.hooks import ModelHook, add_hook_to_module
     from diffusers import FluxControlNetPipeline
 
-    flux = build_tiny_pipeline("tiny-flux")
+    flux = build_tiny_pipeline("tiny-flux-random")
     pipe = FluxControlNetPipeline(**flux.components, controlnet=build_flux_controlnet(flux.transformer, 1, 2, std=0.3))
     pipe.set_progress_bar_config(disable=True)
     seen = []
@@ -200,7 +200,7 @@ def test_supports_only_controlnets_that_take_the_timestep():
         def forward(self, x):
             return x
 
-    assert ControlNetForecast.supports(build_flux_controlnet(build_tiny_pipeline("tiny-flux").transformer, 1, 1))
+    assert ControlNetForecast.supports(build_flux_controlnet(build_tiny_pipeline("tiny-flux-random").transformer, 1, 1))
     assert not ControlNetForecast.supports(NoTimestep()) and not ControlNetForecast.supports(None)
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 SHAPES = {"tiny-wan": (32, 32, 5), "tiny-wan22": (32, 32, 5), "tiny-wan22-i2v": (32, 32, 5), "tiny-cogvideox": (32, 32, 9), "tiny-ltx": (32, 64, 9),
           "tiny-hunyuanvideo": (32, 32, 5), "tiny-skyreelsv2": (32, 32, 5), "tiny-mochi": (32, 32, 7),
           "tiny-allegro": (128, 128, 24), "tiny-easyanimate": (32, 32, 5)}
-IMAGE_SHAPES = {"tiny-flux": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),
+IMAGE_SHAPES = {"tiny-flux-random": (16, 24), "tiny-chroma": (16, 24), "tiny-lumina2": (32, 48),
                 "tiny-auraflow": (16, 24), "tiny-cogview3plus": (32, 48),
                 "tiny-hidream": (256, 256)}
 
