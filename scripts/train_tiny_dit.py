@@ -98,8 +98,9 @@ def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Ten
     start, step, window, last_avg = time.time(), 0, torch.zeros((), device=args.device), float("nan")
     ema_params, params = list(ema.parameters()), list(model.parameters())
     while step < args.steps and time.time() - start < args.minutes * 60:
+        timed = int((time.time() - start) / (args.minutes * 60) * args.steps)  # a time-capped run decays in time
         for group in opt.param_groups:
-            group["lr"] = learning_rate(step, args.lr, args.warmup, args.steps, args.schedule)
+            group["lr"] = learning_rate(max(step, timed), args.lr, args.warmup, args.steps, args.schedule)
         idx = torch.randint(0, len(latents), (args.batch_size,), generator=g, device=args.device)
         x0, y = latents[idx], labels[idx].clone()
         y[torch.rand(len(y), generator=g, device=args.device) < args.label_dropout] = NULL_CLASS
@@ -177,7 +178,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     p.add_argument("--head-dim", type=int, default=24, help="width of a head (default 24)")
     p.add_argument("--steps", type=int, default=5_000, help="optimizer steps; the cosine reaches 0 here")
-    p.add_argument("--minutes", type=float, default=600.0, help="stop early after this much wall time")
+    p.add_argument("--minutes", type=float, default=600.0,
+                   help="stop after this much wall time; the cosine then follows whichever of steps and time is further")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=200, help="linear warm-up steps")
     p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",

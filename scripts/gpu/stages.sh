@@ -34,13 +34,16 @@
 #            dit-xl-2-256 and pixart-1024, 50 steps; speca-replay replays the trained tiny-dit's calibration  ~8-9 min
 #   ar-official the official SJD / SCD code against diffspec's sjd / mc-sjd at equal window on tiny-ar, on
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
+#   train-dit  tiny-dit trained from scratch on the GPU (same size: 5 blocks, 96 wide; batch 256, min-SNR 5,
+#            cosine in 7 minutes), then scored on 1000 samples: a candidate for diffspec/weights/tiny-dit      ~9 min
+#   train-flux tiny-flux trained from scratch on the GPU (batch 256, 7 minutes), then its sample grid        ~8 min
 #   flux-cn  dit-cache on FLUX-size 1024^2 (28 steps) with a 5 + 10 block FLUX ControlNet called every step:
 #            taylor forecasting the ControlNet's outputs vs the ControlNet every step vs diffusers' TaylorSeer  ~5 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
 # ~1.5 min; on an H100 (2026-11-27): kernels ~2 min, a machine start under 1 min. Outputs are named after the GPU (h100, h200). Copy the JSON files that come back into
 # benchmarks/results/ and cite them.
 set -uo pipefail
-[ $# -ge 1 ] || { echo "usage: stages.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: stages.sh STAGE [STAGE...]: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official|train-dit|train-flux"; exit 2; }
 OUT="${OUT:-/tmp/diffspec-out}"
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -152,6 +155,15 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       done
       timeout 300 python3 scripts/gpu/flux_fixed_costs.py $loop --out "$OUT"
       ;;
+    train-dit)
+      timeout 580 python3 scripts/train_tiny_dit.py --vae diffspec/weights/tiny-dit/vae --layers 5 --lr 5e-4 \
+        --warmup 500 --schedule cosine --steps 200000 --minutes 7 --batch-size 256 --min-snr 5 --device cuda \
+        --threads 8 --out "$OUT/tiny-dit" --record "$OUT/tiny_dit-$gpu.json" --eval-samples 1000
+      ;;
+    train-flux)
+      timeout 580 python3 scripts/train_tiny_flux.py --minutes 7 --batch-size 256 --device cuda --threads 8 \
+        --out "$OUT/tiny-flux" --record "$OUT/tiny_flux-$gpu.json"
+      ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/peersite \
@@ -161,7 +173,7 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --windows 8,16,32 --diffspec-windows 64 --images 32 --warmup 2 \
         --out "$OUT/ar-image-tiny-ar-$gpu-official-peers.json"
       ;;
-    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official"; exit 2 ;;
+    *) echo "unknown stage $stage: kernels|exact|flux|mm|ar|ar-ra|dit-more|replay|ar-prof|ar-graphs|dit-graphs|dit-equal|dit-prof|flux-fixed|ar-official|train-dit|train-flux"; exit 2 ;;
   esac
 } 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
