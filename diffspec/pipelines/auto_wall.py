@@ -9,9 +9,10 @@ grows with the tokens a call feeds, so the search (:class:`WallTuner`) measures 
 3. its predicted seconds per item, ``calls x cost(tokens fed)`` (plus the drafter's calls at its own cost), against
    the plain loop's ``plain calls x cost(1)``.
 
-The candidate with the fewest predicted seconds among those that meet the quality target is kept, and one real
-timed run of it against the plain loop (interleaved, median of :data:`VERIFY_REPEATS`) checks the prediction: both
-are in the choice (``speedup``: predicted, ``measured_speedup``: timed). Everything measured goes to the
+The :data:`VERIFY_TOP` candidates with the fewest predicted seconds among those that meet the quality target are
+then timed against the plain loop (interleaved, median of :data:`VERIFY_REPEATS`), and the fastest measured is
+kept: predictions rank, the clock decides. Both figures are in the choice (``speedup``: predicted,
+``measured_speedup``: timed; ``verified``: every timed candidate). Everything measured goes to the
 :class:`~diffspec.pipelines.auto_cache.AutoCache` file of the model and settings, so a second call measures nothing.
 
 Example:
@@ -35,7 +36,9 @@ from .auto_cost import CostCurve, median_times
 from .auto_search import candidate_key
 
 VERIFY_REPEATS = 3
-"""Timed runs of the chosen config and of the plain loop over the calibration items (medians compared)."""
+"""Timed runs of a verified config and of the plain loop over the calibration items (medians compared)."""
+VERIFY_TOP = 3
+"""How many of the best-predicted candidates are timed against the plain loop; the fastest measured is kept."""
 
 
 def overheads(results: list[dict[str, Any]], explained: list[float]) -> dict[str, float]:
@@ -127,7 +130,8 @@ class WallTuner:
         return known
 
     def choose(self, candidates: list[MethodConfig]) -> dict[str, Any]:
-        """The fastest candidate by predicted wall-clock (``method="none"`` when none beats the plain loop),
+        """The fastest measured of the best-predicted candidates (``method="none"`` when none is predicted to beat the
+        plain loop),
         with ``speedup`` (predicted), ``measured_speedup``, ``predicted_s``, ``plain_s`` (predicted, per item),
         ``overhead_s`` (per call, by method), ``cost`` (the curves) and ``calibration_s`` (seconds measured, all
         runs of this cache file together)."""
@@ -145,12 +149,17 @@ class WallTuner:
         plain_s = results[0]["predicted_s"]
         for result in results:
             result["speedup"] = round(plain_s / result["predicted_s"], 3)
-        index, best = min(enumerate(results[1:]), key=lambda pair: pair[1]["predicted_s"])
+        ranked = sorted(range(len(candidates)), key=lambda i: results[i + 1]["predicted_s"])
+        ranked = [i for i in ranked[:VERIFY_TOP] if results[i + 1]["speedup"] > 1.0]
         choice: dict[str, Any]
-        if best["speedup"] <= 1.0:
+        if not ranked:
             choice = {"method": "none", "config": None, "exact": True, "speedup": 1.0, "measured_speedup": None}
-        else:
-            choice = {**best, "measured_speedup": self.verify(candidates[index])["measured_speedup"]}
+        else:  # predictions rank, timed runs decide among the best predicted
+            measured = {i: self.verify(candidates[i])["measured_speedup"] for i in ranked}
+            best = max(ranked, key=lambda i: measured[i])
+            choice = {**results[best + 1], "measured_speedup": measured[best],
+                      "verified": [{"config": candidates[i].to_dict(), "speedup": results[i + 1]["speedup"],
+                                    "measured_speedup": measured[i]} for i in ranked]}
         if self.spent:
             self.cache.put_note("calibration_s", round((self.cache.note("calibration_s") or 0.0) + self.spent, 3))
         return {**choice, "plain_s": plain_s, "overhead_s": extra, "cost": {k: v.to_dict() for k, v in cost.items()},
