@@ -29,13 +29,23 @@ def psnr(images: torch.Tensor, reference: torch.Tensor, data_range: float | None
         >>> psnr(torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 4))
         100.0
     """
+    return round(float(psnr_per_sample(images, reference, data_range).mean()), 3)
+
+
+def psnr_per_sample(images: torch.Tensor, reference: torch.Tensor, data_range: float | None = None) -> torch.Tensor:
+    """PSNR (dB) of each sample (first dimension), float64, capped at 100 dB; see :func:`psnr`.
+
+    Example:
+        >>> psnr_per_sample(torch.zeros(2, 4), torch.tensor([[0.0] * 4, [0.0, 0.0, 0.0, 1.0]]), 1.0).tolist()
+        [100.0, 6.020599913279624]
+    """
     if images.shape != reference.shape:
         raise ValueError(f"psnr: shapes differ, {tuple(images.shape)} vs {tuple(reference.shape)}")
     a, b = images.detach().double().flatten(1), reference.detach().double().flatten(1)
     rng = float(b.max() - b.min()) if data_range is None else data_range
     mse = (a - b).pow(2).mean(1)
     db = torch.where(mse > 0, 10 * torch.log10(rng**2 / mse.clamp_min(1e-300)), torch.full_like(mse, PSNR_CAP_DB))
-    return round(float(db.clamp(max=PSNR_CAP_DB).mean()), 3)
+    return db.clamp(max=PSNR_CAP_DB)
 
 
 def ssim(images: torch.Tensor, reference: torch.Tensor, data_range: float = 1.0) -> float | None:

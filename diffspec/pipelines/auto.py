@@ -22,7 +22,7 @@ from ..api import SpeculativePipeline, methods, resolve_config, target_family
 from ..config import AutoConfig, MethodConfig
 from ..stats import SpecStats
 from .auto_cache import AutoCache, call_settings
-from .auto_search import Tuner, best_reachable, choose
+from .auto_search import Tuner, best_reachable, choose, worst_psnr
 from .prepare import bind_call
 
 NOT_TUNED = ("generator", "latents", "output_type", "return_dict", "callback", "callback_steps",
@@ -70,7 +70,8 @@ def describe_choice(result: dict[str, Any]) -> str:
     """
     knobs = ", ".join(f"{k}={v}" for k, v in (result["config"] or {}).items()
                       if k in ("order", "full_steps", "tau0", "beta", "lookahead"))
-    quality = "exact" if result["exact"] else f"{result['psnr']} dB"
+    worst = result.get("psnr_min")
+    quality = "exact" if result["exact"] else f"{result['psnr']} dB" + (f" (worst sample {worst} dB)" if worst else "")
     return f"{result['method']} ({knobs}): {quality}, {result['speedup']}x fewer sequential transformer calls"
 
 
@@ -98,7 +99,7 @@ def tune(pipe: Any, config: AutoConfig, call: dict[str, Any], passed: dict[str, 
     if best is None and floor is not None:
         top = best_reachable(results)
         raise ValueError(f"quality={config.quality!r} ({floor} dB) is out of reach on {name} at these settings: the "
-                         f"best reachable is {describe_choice(top)}; pass quality <= {top['psnr']}, or 'exact' with a "
+                         f"best reachable is {describe_choice(top)}; pass quality <= {worst_psnr(top)}, or 'exact' with a "
                          "stochastic scheduler (DDPMScheduler) for the exact methods")  # type: ignore[index]
     if best is None:
         why = "; ".join(f"{m}: {w}" for m, w in tuner.refused.items()) or "the exact methods make no fewer calls"
@@ -106,7 +107,8 @@ def tune(pipe: Any, config: AutoConfig, call: dict[str, Any], passed: dict[str, 
                       f"({why}); running the pipeline unchanged", stacklevel=3)
         best = {"method": "none", "config": None, "exact": True, "psnr": None, "speedup": 1.0}
     return {"method": best["method"], "config": best["config"], "quality": config.quality, "floor": floor,
-            "psnr": best["psnr"], "speedup": best["speedup"], "exact": best["exact"], "cache": str(cache.path),
+            "psnr": best["psnr"], "psnr_min": best.get("psnr_min"), "speedup": best["speedup"], "exact": best["exact"],
+            "cache": str(cache.path),
             "measured": len(cache.measured())}
 
 
@@ -120,7 +122,7 @@ class AutoPipeline(SpeculativePipeline):
     """
 
     family = "diffusion"
-    reported: tuple[str, ...] = ("quality", "psnr", "speedup", "exact", "cache")
+    reported: tuple[str, ...] = ("quality", "psnr", "psnr_min", "speedup", "exact", "cache")
     """Keys of the choice copied into ``spec.stats.extra["auto"]``."""
 
     def __init__(self, pipe: Any, config: AutoConfig) -> None:

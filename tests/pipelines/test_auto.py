@@ -92,7 +92,8 @@ def test_an_unreachable_floor_gives_the_best_reachable_quality_and_speedup(cache
     pipe = build_random_dit_pipeline()
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=100, samples=1)
     with pytest.raises(ValueError, match=r"quality=100 \(100.0 dB\) is out of reach on DiTPipeline.*best reachable "
-                       r"is (taylor|speca) \(.*\): [\d.]+ dB, [\d.]+x fewer sequential transformer calls; pass "
+                       r"is (taylor|speca) \(.*\): [\d.]+ dB \(worst sample [\d.]+ dB\), [\d.]+x fewer sequential transformer "
+                       r"calls; pass "
                        r"quality <= [\d.]+"):
         spec(**CALL, output_type="np")
 
@@ -143,12 +144,12 @@ def test_the_choice_holds_on_held_out_seeds_of_tiny_dit(cache):
     """The choice is made on seeds 5000 on; here it is checked on seeds 0-5 (the rate is printed)."""
     pipe = load_pipeline("tiny-dit")
     pipe.set_progress_bar_config(disable=True)
-    call = {"class_labels": [0, 1, 2, 3], "num_inference_steps": 10}
+    call = {"class_labels": [0, 1, 2, 3], "num_inference_steps": 50}
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality="balanced", samples=4)
     choice = spec.calibrate(**call)
     held_out = []
     for seed in range(6):
-        kwargs = {"class_labels": [seed % 10], "num_inference_steps": 10, "output_type": "np"}
+        kwargs = {"class_labels": [seed % 10], "num_inference_steps": 50, "output_type": "np"}
         image = spec(**kwargs, generator=torch.Generator().manual_seed(seed)).images
         spec.disable()
         full = pipe(**kwargs, generator=torch.Generator().manual_seed(seed)).images
@@ -157,7 +158,7 @@ def test_the_choice_holds_on_held_out_seeds_of_tiny_dit(cache):
     rate = sum(p >= choice["floor"] for p in held_out) / len(held_out)
     print(f"held-out: {choice['method']} at {choice['speedup']}x, {rate:.0%} of 6 seeds >= {choice['floor']} dB "
           f"(PSNR {min(held_out)}..{max(held_out)}; calibration {choice['psnr']} dB)")
-    assert rate >= 5 / 6
+    assert rate == 1.0
     spec.disable()
 
 
