@@ -158,6 +158,28 @@ def save(parts: tuple, vae: AutoencoderKL, tokenizer, out: Path) -> None:
     (out / "diffspec_model.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
+@torch.no_grad()
+def evaluate(folder: Path, n: int, steps: int = 28) -> dict:
+    """Prompt adherence (the scene judge) and reference FID of ``n`` samples of held-out prompts (seeds 0..n-1, the
+    ``dit-cache`` bench's prompts), next to the same figures for the VAE's reconstructions of the real scenes."""
+    from diffspec.bench.dit_cache_workloads import JUDGED_PROMPT_SEED
+    from diffspec.models.scene_judge import prompt_scores, scene_fid
+
+    pipe = FluxPipeline.from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    real, prompts = render_prompted_scenes(n, seed=JUDGED_PROMPT_SEED)
+    images = []
+    for i in range(0, n, 100):
+        gens = [torch.Generator().manual_seed(s) for s in range(i, min(n, i + 100))]
+        images.append(pipe(prompts[i:i + 100], height=32, width=32, num_inference_steps=steps, generator=gens,
+                           max_sequence_length=MAX_SEQUENCE_LENGTH, output_type="pt").images * 2 - 1)
+    images = torch.cat(images)
+    recon = pipe.vae.decode(pipe.vae.encode(real).latent_dist.mode()).sample.clamp(-1, 1)
+    return {"samples": n, "steps": steps, "prompts": f"render_prompted_scenes({n}, seed={JUDGED_PROMPT_SEED})",
+            **prompt_scores(images, prompts), "reference_fid": round(scene_fid(images), 3),
+            "vae_reconstructions": {**prompt_scores(recon, prompts), "reference_fid": round(scene_fid(recon), 3)}}
+
+
 def save_samples(folder: Path, png: Path) -> None:
     """Eight prompts of held-out scenes, eight seeds each (28 steps)."""
     pipe = FluxPipeline.from_pretrained(folder)
@@ -190,6 +212,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="where to train (cuda on a GPU machine)")
     p.add_argument("--init", type=Path, default=None, help="continue from a saved tiny-flux folder")
     p.add_argument("--record", type=Path, default=RECORD)
+    p.add_argument("--eval-samples", type=int, default=1000, help="held-out prompts scored after training (0: none)")
     return p.parse_args()
 
 
@@ -215,6 +238,8 @@ def main() -> None:
                 "stored_dtype": "float16"})
     if args.init is not None:
         run["init"] = str(args.init)
+    if args.eval_samples:
+        run["eval"] = evaluate(args.out, args.eval_samples)
     args.record.write_text(json.dumps(run, indent=2) + "\n")
     save_samples(args.out, args.record.with_name(args.record.stem + "_samples.png"))
     print(json.dumps(run, indent=2))

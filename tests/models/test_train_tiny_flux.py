@@ -31,11 +31,12 @@ def test_a_short_run_writes_a_float32_flux_pipeline(tmp_path):
     out = tmp_path / "tiny-flux"
     cmd = [sys.executable, str(ROOT / "scripts" / "train_tiny_flux.py"), "--out", str(out), "--steps", "2",
            "--data", "200", "--batch-size", "4", "--width", "32", "--double", "1", "--single", "1",
-           "--record", str(tmp_path / "record.json")]
+           "--record", str(tmp_path / "record.json"), "--eval-samples", "4"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
     pipe = FluxPipeline.from_pretrained(out)
     assert {m.dtype for m in (pipe.transformer, pipe.text_encoder, pipe.text_encoder_2, pipe.vae)} == {torch.float32}
     settings = json.loads((out / "diffspec_model.json").read_text())
     assert settings["call_defaults"]["max_sequence_length"] == MAX_SEQUENCE_LENGTH and settings["steps"] == 28
-    assert json.loads((tmp_path / "record.json").read_text())["steps"] == 2
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["steps"] == 2 and 0 <= record["eval"]["prompt_accuracy"] <= 1
     assert (tmp_path / "record_samples.png").is_file()
