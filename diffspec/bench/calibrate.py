@@ -155,20 +155,22 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
     """
     from ..api import SpeculativePipeline
     from ..models import load_pipeline
-    from .dit_cache_workloads import DEFAULT_PROMPTS
+    from ..models.dit import call_defaults, model_settings
+    from .dit_cache_workloads import DEFAULT_PROMPTS, judged_prompts
 
     pipe = load_pipeline(model, dtype=getattr(torch, dtype),
                          device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     pipe.set_progress_bar_config(disable=True)
     if scheduler is not None:
         pipe.scheduler = scheduler.from_config(pipe.scheduler.config)
-    call: dict[str, Any] = {"num_inference_steps": steps, **(call_kwargs or {})}
+    call: dict[str, Any] = {"num_inference_steps": steps, **call_defaults(pipe), **(call_kwargs or {})}
     if guidance_scale is not None:
         call["guidance_scale"] = guidance_scale
     if "class_labels" in inspect.signature(pipe.__call__).parameters:
         call["class_labels"] = list(range(samples))
     else:
-        call["prompt"] = list(prompts or DEFAULT_PROMPTS)
+        judged = model_settings(pipe).get("judge")
+        call["prompt"] = list(prompts or (judged_prompts(samples) if judged else DEFAULT_PROMPTS))
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=quality, samples=samples)
     try:
         return spec.calibrate(**call)

@@ -67,7 +67,7 @@ class PipelineWorkload(Workload):
         self.device, self.dtype, self.steps, self.batch = device, dtype, steps, batch
         self.guidance_scale = guidance_scale
         self.num_classes = len(self.pipe.labels) if getattr(self.pipe, "labels", None) else 1000
-        self.prompts = list(prompts or (judged_prompts(batch) if self.judge else DEFAULT_PROMPTS))
+        self.prompts = list(prompts or (judged_prompts(JUDGED_PROMPTS) if self.judge else DEFAULT_PROMPTS))
         self.call_kwargs = {**call_defaults(self.pipe), **(call_kwargs or {})}
         self.seeds = list(range(batch))
 
@@ -120,11 +120,16 @@ class PipelineWorkload(Workload):
             return {**described, "resolution": [size, size]}
         height, width = self.call_kwargs.get("height"), self.call_kwargs.get("width")
         return {**described, "resolution": [height, width] if height and width else None,
-                "num_frames": self.call_kwargs.get("num_frames"), "prompts": self.prompts}
+                "num_frames": self.call_kwargs.get("num_frames"), "prompts": self.prompts[:10] if self.judge else
+                self.prompts, **({"prompt_source": f"render_prompted_scenes({len(self.prompts)}, seed="
+                                                   f"{JUDGED_PROMPT_SEED}), prompt seed % {len(self.prompts)}",
+                                  "judge": self.judge, "call_kwargs": self.call_kwargs} if self.judge else {})}
 
 
 JUDGED_PROMPT_SEED = 10**7
 """Seed of the prompted scenes whose prompts a judged model is benchmarked on (apart from training data)."""
+JUDGED_PROMPTS = 1000
+"""Distinct prompts of a judged model's workload (seed ``s`` takes prompt ``s % 1000``)."""
 
 
 def judged_prompts(n: int) -> list[str]:

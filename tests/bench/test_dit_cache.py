@@ -269,3 +269,24 @@ def test_text_workload_flags_are_refused_where_they_do_not_apply(capsys):
     assert "text-conditioned pipeline folders" in capsys.readouterr().err
     assert main(["bench", "ar-image", "--height", "16"]) == 2
     assert "apply to the dit-cache suite" in capsys.readouterr().err
+
+
+def test_a_judged_model_folder_is_benchmarked_on_its_prompts_at_its_call_defaults(tmp_path):
+    """A folder whose diffspec_model.json names the scene judge: held-out prompted-scene prompts, the folder's call
+    defaults (32x32 here) and steps, and the judge's prompt accuracy, FID and paired accuracy change per arm."""
+    from diffspec.bench.dit_cache import default_steps
+    from diffspec.data import parse_prompt
+    from diffspec.testing.tiny_pipelines import save_tiny_pipeline
+
+    folder = save_tiny_pipeline("tiny-flux-random", tmp_path / "flux")
+    settings = {"call_defaults": {"height": 32, "width": 32, "max_sequence_length": 16}, "steps": 5,
+                "judge": "prompted-scenes"}
+    (folder / "diffspec_model.json").write_text(json.dumps(settings))
+    assert default_steps(str(folder)) == 5
+    doc = run_bench("dit-cache", model=str(folder), batch=2, repeats=1, warmup=0, quality_samples=4,
+                    methods=["taylor"], overrides={"warmup": 1, "interval": 2}, show_progress=False)
+    assert doc["workload"]["steps"] == 5 and doc["workload"]["resolution"] == [32, 32]
+    assert all(parse_prompt(p) for p in doc["workload"]["prompts"]) and "1000" in doc["workload"]["prompt_source"]
+    quality = {r["method"]: r["quality"] for r in doc["runs"]}
+    assert quality["baseline"]["accuracy_delta"] == 0.0 and quality["baseline"]["fid"] > 0
+    assert 0.0 <= quality["taylor"]["accuracy"] <= 1.0 and "accuracy_delta_se" in quality["taylor"]
