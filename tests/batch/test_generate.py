@@ -225,3 +225,20 @@ def test_merge_of_a_folder_without_manifests(tmp_path, capsys):
     assert "manifest-rank" in _error(capsys)
     assert main(["merge", str(tmp_path / "nope")]) == 2
     assert "is not a folder" in _error(capsys)
+
+
+def test_a_model_folders_call_defaults_apply_where_items_are_silent(tmp_path, capsys):
+    """diffspec_model.json's call_defaults (size, max_sequence_length) fill in what neither flags nor items set."""
+    from diffspec.testing.tiny_pipelines import save_tiny_pipeline
+
+    folder = save_tiny_pipeline("tiny-flux-random", tmp_path / "flux")
+    (folder / "diffspec_model.json").write_text(json.dumps({"call_defaults": {"height": 20, "width": 12,
+                                                                              "max_sequence_length": 8}}))
+    items = _items(tmp_path, {"id": "own", "prompt": "a fox"}, {"id": "set", "prompt": "a fox", "height": 16})
+    out = tmp_path / "out"
+    assert main(["generate", "--model", str(folder), "--prompt-file", str(items), "--steps", "2", "--method", "none",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    records = {r["id"]: r for r in _merged(out)}
+    sizes = {k: Image.open(out / r["path"]).size for k, r in records.items()}
+    assert sizes == {"own": (12, 20), "set": (12, 16)}
