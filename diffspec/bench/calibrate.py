@@ -143,7 +143,8 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
     ``diffspec calibrate --method auto`` runs; a later ``method="auto"`` call at the same settings reuses it).
 
     Args:
-        model: a shipped name or local diffusers pipeline folder.
+        model: a shipped name or local diffusers pipeline folder, or an AR image model (``tiny-ar``: calibrated on
+            its first ``samples`` classes; ``steps``, ``prompts``, ``call_kwargs`` and ``scheduler`` do not apply).
         prompts: a text-conditioned pipeline's calibration prompts (default: eight varied ones); a
             class-conditional pipeline is calibrated on its first ``samples`` classes.
         call_kwargs: more call arguments (``height``, ``width``, ``num_frames``): calibrate at the size you generate.
@@ -154,10 +155,12 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
         >>> choice["method"], choice["psnr"], choice["speedup"]  # doctest: +SKIP
     """
     from ..api import SpeculativePipeline
-    from ..models import load_pipeline
+    from ..models import load_pipeline, model_family, resolve_model_path
     from ..models.dit import call_defaults, model_settings
     from .dit_cache_workloads import DEFAULT_PROMPTS, judged_prompts
 
+    if model_family(resolve_model_path(model)) == "ar_image":
+        return _calibrate_auto_ar(model, quality, samples, guidance_scale, device)
     pipe = load_pipeline(model, dtype=getattr(torch, dtype),
                          device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     pipe.set_progress_bar_config(disable=True)
@@ -176,3 +179,14 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
         return spec.calibrate(**call)
     finally:
         spec.disable()
+
+
+def _calibrate_auto_ar(model: str, quality: str | float, samples: int, guidance_scale: float | None,
+                       device: str | None) -> dict[str, Any]:
+    """``calibrate_auto`` on an AR image model: its first ``samples`` classes, the target's default guidance."""
+    from ..api import SpeculativePipeline
+    from ..models import load_ar_target
+
+    target = load_ar_target(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    spec = SpeculativePipeline.from_pipe(target, method="auto", quality=quality, samples=samples)
+    return spec.calibrate(class_labels=list(range(samples)), guidance_scale=guidance_scale)

@@ -85,9 +85,14 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
 
     from . import resolve_model_path
 
+    from .folders import model_family
+
     folder = resolve_model_path(name_or_path)
     if not (folder / "model_index.json").is_file():
-        raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json)")
+        family = model_family(folder)
+        hint = (f": it holds an {'AR image' if family == 'ar_image' else 'transformers'} model, which "
+                f"SpeculativePipeline.from_pretrained({str(name_or_path)!r}, method=...) loads" if family else "")
+        raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json){hint}")
     kwargs = {_dtype_kwarg(): dtype} if dtype is not None else {}
     with quiet_diffusers():
         pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)

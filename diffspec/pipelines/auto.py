@@ -69,9 +69,12 @@ def describe_choice(result: dict[str, Any]) -> str:
         'taylor (order=1, full_steps=12): 36.2 dB, 4.17x fewer sequential transformer calls'
     """
     knobs = ", ".join(f"{k}={v}" for k, v in (result["config"] or {}).items()
-                      if k in ("order", "full_steps", "tau0", "beta", "lookahead"))
+                      if k in ("order", "full_steps", "tau0", "beta", "lookahead", "window", "num_draft_tokens"))
     worst = result.get("psnr_min")
     quality = "exact" if result["exact"] else f"{result['psnr']} dB" + (f" (worst sample {worst} dB)" if worst else "")
+    if "measured_speedup" in result:  # AR image and multimodal: chosen on wall-clock
+        return (f"{result['method']} ({knobs}): {quality}, {result['speedup']}x predicted and "
+                f"{result['measured_speedup']}x measured wall-clock against the plain loop")
     return f"{result['method']} ({knobs}): {quality}, {result['speedup']}x fewer sequential transformer calls"
 
 

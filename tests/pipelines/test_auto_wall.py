@@ -137,3 +137,14 @@ def test_draft_at_the_chosen_length_is_at_least_twice_plain_on_tiny_vlm(cache, t
                              torch.device("cpu"), repeats=5, warmup=1)
     print(f"draft k={spec.config.num_draft_tokens}: {times['plain'] / times['auto']:.2f}x plain")
     assert times["plain"] / times["auto"] >= 2.0
+
+
+def test_calibrate_auto_takes_an_ar_model_and_the_cli_names_the_choice(cache, capsys):
+    from diffspec.cli import main
+
+    assert main(["calibrate", "--model", "tiny-ar", "--method", "auto", "--quality", "exact", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "auto (quality 'exact'):" in out and ": exact," in out and "measured wall-clock" in out
+    assert main(["generate", "--model", "tiny-ar", "--method", "auto", "--prompt-file", __file__, "--out",
+                 str(cache / "out")]) == 2
+    assert "holds an AR image model, which SpeculativePipeline.from_pretrained" in capsys.readouterr().err
