@@ -84,7 +84,6 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
     from diffusers import DiffusionPipeline
 
     from . import resolve_model_path
-
     from .folders import model_family
 
     folder = resolve_model_path(name_or_path)
