@@ -35,8 +35,8 @@ HAND_TUNED = {"tiny-dit": {"taylor": {"method": "taylor"}, "speca": {"method": "
               "tiny-vlm": {"draft": {"method": "draft"}}}
 """Each model's arms at their defaults (``sjd``: window 16, ``mc-sjd``: 64, ``draft``: k = 5)."""
 ITEMS = 4
-HELD_OUT = 6
-DIT_STEPS = 10
+HELD_OUT = 20
+DIT_STEPS = 50  # the tiny-dit sampler's default (DDIM, 50 steps)
 
 
 class _Model:
