@@ -3,9 +3,10 @@
 The wrapper owns the denoising loop (the speculative sampler evaluates several steps per network
 call) and reuses the pipeline's components and methods: prompt encoding, latent preparation,
 transformer, scheduler (read as a pure Gaussian transition), VAE, callbacks and output class
-(:mod:`~diffspec.pipelines.prepare`). Supported: ``DiTPipeline``, ``PixArtAlphaPipeline``,
-``PixArtSigmaPipeline``, ``StableDiffusion3Pipeline``. Callbacks run once per round, at the last
-step every image has committed (a round commits one or more steps per image).
+(:mod:`~diffspec.pipelines.prepare`, :mod:`~diffspec.pipelines.prepare_flux`). Supported:
+``DiTPipeline``, ``PixArtAlphaPipeline``, ``PixArtSigmaPipeline``, ``StableDiffusion3Pipeline``,
+``FluxPipeline``. Callbacks run once per round, at the last step every image has committed (a
+round commits one or more steps per image).
 
 Example:
     >>> pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(  # doctest: +SKIP
@@ -29,7 +30,8 @@ from ..schedulers.forecast_draft import FORECAST_DRAFTS, ForecastDraftSampler
 from ..schedulers.gaussian import GaussianTransition
 from ..schedulers.speculative import SpeculativeSampler, plain_sample
 from .denoisers import dit_denoiser  # noqa: F401  (re-exported: its home before denoisers.py)
-from .prepare import PREPARERS, Job, bind_call, check_pair, sampler_eta
+from .job import Job
+from .prepare import PREPARERS, bind_call, check_pair, sampler_eta
 
 SUPPORTED_PIPELINES = tuple(PREPARERS)
 
@@ -52,8 +54,9 @@ class CouplingPipeline(SpeculativePipeline):
     loop does not run as the scheduler's sampler are refused
     (:func:`~diffspec.pipelines.prepare.check_pair`): Euler-Ancestral on DiT and SD3 (no noise /
     input scaling), DDIM on DiT and SD3 (no ``eta``), flow-matching schedulers on DiT and PixArt
-    (the pipeline itself cannot run them); deterministic schedulers too. ``DDIMScheduler`` on
-    PixArt is sampled at the call's ``eta`` (or ``CouplingConfig.eta``), which must be in ``(0, 1]``.
+    and schedulers that cannot take Flux's sigma schedule on Flux (the pipeline itself cannot run
+    them); deterministic schedulers too. ``DDIMScheduler`` on PixArt is sampled at the call's
+    ``eta`` (or ``CouplingConfig.eta``), which must be in ``(0, 1]``.
     """
 
     family = "diffusion"

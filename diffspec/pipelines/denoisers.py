@@ -121,3 +121,25 @@ def sd3_denoiser(pipe: Any, timesteps: torch.Tensor, embeds: tuple[torch.Tensor,
     cond = {"embeds": embeds[0], "pooled": embeds[1]}
     uncond = None if negative is None else {"embeds": negative[0], "pooled": negative[1]}
     return guided_denoiser(forward, timesteps, cond, uncond, guidance_scale)
+
+
+def flux_denoiser(pipe: Any, timesteps: torch.Tensor, embeds: tuple[torch.Tensor, torch.Tensor],
+                  negative: tuple[torch.Tensor, torch.Tensor] | None, true_cfg_scale: float, guidance_scale: float,
+                  ids: tuple[torch.Tensor, torch.Tensor],
+                  joint_attention_kwargs: dict[str, Any] | None = None) -> Denoise:
+    """``FluxPipeline``: T5 embeddings and pooled CLIP projections per row, ``timestep / 1000``, the
+    distilled ``guidance`` (``guidance_scale`` per row) where the transformer embeds it, the shared
+    text and image position ids ``ids = (txt_ids, img_ids)``. True CFG (``negative`` given): the
+    negative rows join the same call, combined as ``neg + true_cfg_scale * (cond - neg)``."""
+    transformer = pipe.transformer
+    embedded = transformer.config.guidance_embeds
+
+    def forward(x: torch.Tensor, t: torch.Tensor, kw: dict[str, Any]) -> torch.Tensor:
+        guidance = torch.full((x.shape[0],), guidance_scale, device=x.device, dtype=torch.float32) if embedded else None
+        return transformer(hidden_states=x.to(transformer.dtype), timestep=t.to(x.dtype) / 1000, guidance=guidance,
+                           pooled_projections=kw["pooled"], encoder_hidden_states=kw["embeds"], txt_ids=ids[0],
+                           img_ids=ids[1], joint_attention_kwargs=joint_attention_kwargs, return_dict=False)[0]
+
+    cond = {"embeds": embeds[0], "pooled": embeds[1]}
+    uncond = None if negative is None else {"embeds": negative[0], "pooled": negative[1]}
+    return guided_denoiser(forward, timesteps, cond, uncond, true_cfg_scale, cond_first=True)

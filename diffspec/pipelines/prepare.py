@@ -7,7 +7,9 @@ a preparer checks the inputs and encodes the prompt with the pipeline's ``check_
 the batched guided denoiser (:mod:`~diffspec.pipelines.denoisers`), the callback adapter and
 the decoder that returns the pipeline's own output class. :data:`LOOPS` records how each
 pipeline's own loop drives its scheduler; :func:`check_pair` refuses the schedulers that loop does
-not run as their own sampler, so the plain path always equals the unwrapped pipeline.
+not run as their own sampler, so the plain path always equals the unwrapped pipeline. ``FluxPipeline``'s
+preparer is in :mod:`~diffspec.pipelines.prepare_flux`; the shared :class:`~diffspec.pipelines.job.Job`
+in :mod:`~diffspec.pipelines.job`.
 
 Example:
     >>> job = PREPARERS["PixArtAlphaPipeline"](pipe, bound_args, eta=1.0, device="cpu")  # doctest: +SKIP
@@ -16,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 from collections.abc import Callable
@@ -26,30 +29,9 @@ import torch
 
 from ..config import check_float
 from ..schedulers.gaussian import GaussianTransition
-from ..schedulers.speculative import Denoise
 from .denoisers import dit_denoiser, pixart_denoiser, sd3_denoiser
-
-
-@dataclass
-class Job:
-    """One prepared call: the sampler's inputs and how to finish.
-
-    Attributes:
-        kernel: the scheduler's Gaussian transition at the call's number of steps.
-        denoise: the guided batched denoiser.
-        latents: ``(B, ...)`` initial latents (scaled by the scheduler's initial sigma).
-        generator: the call's generator(s).
-        finish: decode the final latents into the pipeline's output (``output_type``, ``return_dict``).
-        on_round: ``on_round(step, latents)`` runs the pipeline's callback after a round (``step``:
-            the last step every trajectory has committed); returns replacement latents or ``None``.
-    """
-
-    kernel: GaussianTransition
-    denoise: Denoise
-    latents: torch.Tensor
-    generator: Any
-    finish: Callable[[torch.Tensor], Any]
-    on_round: Callable[[int, torch.Tensor], torch.Tensor | None] | None = None
+from .job import Job, pipeline_output, refuse
+from .prepare_flux import flow_schedule, prepare_flux
 
 
 def bind_call(pipe: Any, args: tuple[Any, ...], kwargs: dict[str, Any], defaults: bool = True) -> dict[str, Any]:
@@ -70,11 +52,14 @@ class Loop:
         scale_input: ``"input"``: ``scheduler.scale_model_input`` scales the transformer's input only;
             ``"state"``: the scaled sample is also what ``scheduler.step`` advances; ``"none"``: not called.
         takes_eta: the call takes ``eta`` and passes it to ``scheduler.step``.
+        passes_sigmas: ``set_timesteps`` gets the pipeline's own sigma schedule and a shift ``mu``
+            (:func:`~diffspec.pipelines.prepare_flux.flow_schedule`) instead of the number of steps.
     """
 
     scales_noise: bool
     scale_input: str
     takes_eta: bool
+    passes_sigmas: bool = False
 
 
 LOOPS = {
@@ -82,6 +67,7 @@ LOOPS = {
     "PixArtAlphaPipeline": Loop(scales_noise=True, scale_input="input", takes_eta=True),
     "PixArtSigmaPipeline": Loop(scales_noise=True, scale_input="input", takes_eta=True),
     "StableDiffusion3Pipeline": Loop(scales_noise=False, scale_input="none", takes_eta=False),
+    "FluxPipeline": Loop(scales_noise=False, scale_input="none", takes_eta=False, passes_sigmas=True),
 }
 """The loop of each supported pipeline (diffusers 0.42)."""
 
@@ -98,6 +84,8 @@ def check_pair(pipe: Any, kernel: GaussianTransition) -> None:
     """
     name, sname = type(pipe).__name__, type(pipe.scheduler).__name__
     loop = LOOPS[name]
+    if loop.passes_sigmas:
+        _check_schedule(pipe, name, sname)
     fix = "use DDPMScheduler or DPMSolverMultistepScheduler(algorithm_type='sde-dpmsolver++')"
     for attr, read in (("init_noise_sigma", loop.scales_noise), ("scale_model_input", loop.scale_input != "none")):
         if read and not hasattr(pipe.scheduler, attr):
@@ -114,6 +102,27 @@ def check_pair(pipe: Any, kernel: GaussianTransition) -> None:
         raise ValueError(f"{name} calls DDIMScheduler.step without eta (eta=0: deterministic DDIM) and its call "
                          "takes none, so there is no stochastic sampler to be exact against; use DDPMScheduler "
                          "(DDIM at eta=1) or DPMSolverMultistepScheduler(algorithm_type='sde-dpmsolver++')")
+
+
+def _check_schedule(pipe: Any, name: str, sname: str) -> None:
+    """Refuse a scheduler whose ``set_timesteps`` fails when called as the pipeline calls it (a copy is set)."""
+    scheduler = copy.deepcopy(pipe.scheduler)
+    sigmas = flow_schedule(scheduler, 2)
+    fix = ("use FlowMatchEulerDiscreteScheduler(stochastic_sampling=True) or DPMSolverMultistepScheduler("
+           "algorithm_type='sde-dpmsolver++', use_flow_sigmas=True, prediction_type='flow_prediction', "
+           "use_dynamic_shifting=True)")
+    if sigmas is not None and "sigmas" not in inspect.signature(scheduler.set_timesteps).parameters:
+        raise ValueError(f"{name} passes its own sigma schedule to set_timesteps(sigmas=...), which {sname} does "
+                         f"not take: the pipeline itself cannot run this scheduler, so there is no sampler to be "
+                         f"exact against; {fix}")
+    try:
+        scheduler.set_timesteps(**({"num_inference_steps": 2} if sigmas is None else {"sigmas": sigmas}),
+                                device="cpu", mu=1.0)
+    except Exception as err:  # noqa: BLE001 - whatever the pipeline's own call would raise
+        error = f"{type(err).__name__}{f': {err}' if str(err) else ''}"
+        raise ValueError(f"{name} calls {sname}.set_timesteps with its own sigma schedule and shift mu, which "
+                         f"raises {error}; the pipeline itself cannot run this scheduler, so there is no sampler to "
+                         f"be exact against; {fix}") from err
 
 
 def sampler_eta(pipe: Any, passed: dict[str, Any], config_eta: float | None) -> float:
@@ -140,18 +149,6 @@ def sampler_eta(pipe: Any, passed: dict[str, Any], config_eta: float | None) -> 
     return float(eta)
 
 
-def _refuse(a: dict[str, Any], *names: str) -> None:
-    for name in names:
-        if a.get(name) is not None:
-            raise ValueError(f"{name}= is not supported by the exact samplers (they own the denoising loop and "
-                             f"read the scheduler as a Gaussian transition); leave it None")
-
-
-def _output(pipe: Any, images: Any, return_dict: bool, cls: Any) -> Any:
-    pipe.maybe_free_model_hooks()
-    return cls(images=images) if return_dict else (images,)
-
-
 def prepare_dit(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) -> Job:
     """``DiTPipeline(class_labels, guidance_scale, generator, num_inference_steps, output_type, return_dict)``."""
     from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
@@ -173,7 +170,7 @@ def prepare_dit(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) 
                 images = images.cpu().permute(0, 2, 3, 1).float().numpy()
                 if a["output_type"] == "pil":
                     images = pipe.numpy_to_pil(images)
-        return _output(pipe, images, a["return_dict"], ImagePipelineOutput)
+        return pipeline_output(pipe, images, a["return_dict"], ImagePipelineOutput)
 
     return Job(kernel, denoise, latents, a["generator"], finish)
 
@@ -189,7 +186,7 @@ def prepare_pixart(pipe: Any, a: dict[str, Any], eta: float, device: torch.devic
     ``callback(step, t, latents)`` (called once per round, at the last step all images reached)."""
     from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
 
-    _refuse(a, "timesteps", "sigmas")
+    refuse(a, "timesteps", "sigmas")
     if a["num_inference_steps"] == 1:
         raise ValueError("num_inference_steps=1: PixArt pipelines return the predicted clean sample of their one "
                          "step (no noise), so there is nothing stochastic to sample exactly; use 2 or more steps")
@@ -231,7 +228,7 @@ def prepare_pixart(pipe: Any, a: dict[str, Any], eta: float, device: torch.devic
             if a["use_resolution_binning"]:
                 image = pipe.image_processor.resize_and_crop_tensor(image, orig[1], orig[0])
             image = pipe.image_processor.postprocess(image, output_type=a["output_type"])
-        return _output(pipe, image, a["return_dict"], ImagePipelineOutput)
+        return pipeline_output(pipe, image, a["return_dict"], ImagePipelineOutput)
 
     on_round = None
     if a["callback"] is not None:
@@ -258,7 +255,7 @@ def prepare_sd3(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) 
     reached; returned ``latents`` replace the committed states)."""
     from diffusers.pipelines.stable_diffusion_3.pipeline_output import StableDiffusion3PipelineOutput
 
-    _refuse(a, "sigmas", "skip_guidance_layers", "ip_adapter_image", "ip_adapter_image_embeds")
+    refuse(a, "sigmas", "skip_guidance_layers", "ip_adapter_image", "ip_adapter_image_embeds")
     height = a["height"] or pipe.default_sample_size * pipe.vae_scale_factor
     width = a["width"] or pipe.default_sample_size * pipe.vae_scale_factor
     callback = a["callback_on_step_end"]
@@ -291,7 +288,7 @@ def prepare_sd3(pipe: Any, a: dict[str, Any], eta: float, device: torch.device) 
             latents = latents / pipe.vae.config.scaling_factor + pipe.vae.config.shift_factor
             image = pipe.vae.decode(latents, return_dict=False)[0]
             image = pipe.image_processor.postprocess(image, output_type=a["output_type"])
-        return _output(pipe, image, a["return_dict"], StableDiffusion3PipelineOutput)
+        return pipeline_output(pipe, image, a["return_dict"], StableDiffusion3PipelineOutput)
 
     on_round = None
     if callback is not None:
@@ -310,5 +307,6 @@ PREPARERS: dict[str, Callable[[Any, dict[str, Any], float, torch.device], Job]] 
     "PixArtAlphaPipeline": prepare_pixart,
     "PixArtSigmaPipeline": prepare_pixart,
     "StableDiffusion3Pipeline": prepare_sd3,
+    "FluxPipeline": prepare_flux,
 }
 """Supported pipeline class names and their preparers."""

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -58,6 +59,8 @@ class GaussianTransition:
         device: where the tables live.
         mu: the resolution shift of flow-matching schedulers with ``use_dynamic_shifting``
             (passed to ``set_timesteps`` as the pipeline does).
+        sigmas: a sigma schedule the pipeline passes to ``set_timesteps`` in place of the number of
+            steps (``FluxPipeline``); ``num_inference_steps`` must be its length.
 
     Attributes:
         timesteps: ``(N,)`` the model timestep of each step index.
@@ -71,14 +74,21 @@ class GaussianTransition:
     """
 
     def __init__(self, scheduler: Any, num_inference_steps: int, *, eta: float = 1.0,
-                 device: str | torch.device = "cpu", mu: float | None = None) -> None:
+                 device: str | torch.device = "cpu", mu: float | None = None,
+                 sigmas: Sequence[float] | None = None) -> None:
         name = type(scheduler).__name__
         config = scheduler.config
         prediction = config.get("prediction_type", "epsilon")
         if prediction not in ("epsilon", "sample", "v_prediction") and name not in SDE_SCHEDULERS:
             raise ValueError(f"prediction_type={prediction!r} is not supported; use epsilon, sample or v_prediction")
         self.scheduler = copy.deepcopy(scheduler)
-        self.scheduler.set_timesteps(num_inference_steps, device="cpu", **({} if mu is None else {"mu": mu}))
+        custom: dict[str, Any] = {} if mu is None else {"mu": mu}
+        if sigmas is None:
+            self.scheduler.set_timesteps(num_inference_steps, device="cpu", **custom)
+        elif len(sigmas) != num_inference_steps:
+            raise ValueError(f"{len(sigmas)} sigmas for {num_inference_steps} steps")
+        else:
+            self.scheduler.set_timesteps(sigmas=sigmas, device="cpu", **custom)
         self.name, self.prediction, self.eta = name, prediction, eta
         self.num_steps = num_inference_steps
         self.timesteps = self.scheduler.timesteps.clone()

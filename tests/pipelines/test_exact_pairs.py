@@ -3,7 +3,7 @@
 other pair is refused with the reason.
 
 The unwrapped pipeline draws its step noise from the call's generator: PixArt passes it to
-``scheduler.step`` itself; DiT and SD3 call ``step`` without it (global RNG), so the test hands it
+``scheduler.step`` itself; DiT, SD3 and Flux call ``step`` without it (global RNG), so the test hands it
 over. DiT also steps both of its identical guidance halves; the test steps the first (the one the
 pipeline keeps) and copies it, so both sides draw one noise tensor per step.
 """
@@ -19,6 +19,7 @@ from diffusers import (
     DPMSolverSinglestepScheduler,
     EulerAncestralDiscreteScheduler,
     FlowMatchEulerDiscreteScheduler,
+    FluxTransformer2DModel,
     LTXEulerAncestralRFScheduler,
     PixArtSigmaPipeline,
 )
@@ -26,6 +27,7 @@ from test_exact_sampling import build_random_dit  # same folder (pytest rootdir 
 from test_exact_text_pipelines import PROMPT, build_pixart, build_sd3
 
 from diffspec import SpeculativePipeline
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -49,6 +51,7 @@ ACCEPTED = {
     "pixart-alpha": (*DIFFUSION, "ddim-trailing", "euler-ancestral", "euler-ancestral-trailing-v"),
     "pixart-sigma": (*DIFFUSION, "ddim-trailing", "euler-ancestral", "euler-ancestral-trailing-v"),
     "sd3": (*DIFFUSION, "flow-stochastic", "ltx-euler-ancestral-rf"),
+    "flux": ("flow-stochastic",),
 }
 REFUSED = {  # (pipeline, scheduler): what the error names
     ("dit", "ddim-trailing"): "without eta",
@@ -61,6 +64,9 @@ REFUSED = {  # (pipeline, scheduler): what the error names
     ("sd3", "ddim-trailing"): "without eta",
     ("sd3", "euler-ancestral"): "init_noise_sigma",
     ("sd3", "euler-ancestral-trailing-v"): "init_noise_sigma",
+    **{("flux", name): r"set_timesteps\(sigmas=...\), which \w+ does not take"
+       for name in (*DIFFUSION, "ddim-trailing", "euler-ancestral", "euler-ancestral-trailing-v")},
+    ("flux", "ltx-euler-ancestral-rf"): "set_timesteps .* raises TypeError",  # FluxPipeline's ndarray sigmas
 }
 AUTOSPEC = ("DDPMScheduler", "DPMSolverMultistepScheduler")
 STEPS = 5
@@ -70,7 +76,8 @@ STEPS = 5
 def pipes():
     """One tiny pipeline per kind; a pair swaps its scheduler in (same components)."""
     return {"dit": build_random_dit(), "pixart-alpha": build_pixart(),
-            "pixart-sigma": build_pixart(PixArtSigmaPipeline, sample_size=32), "sd3": build_sd3()}
+            "pixart-sigma": build_pixart(PixArtSigmaPipeline, sample_size=32), "sd3": build_sd3(),
+            "flux": build_tiny_pipeline("tiny-flux-random")}
 
 
 def _with(pipe, scheduler):
@@ -83,7 +90,8 @@ def _call(kind, scheduler_name):
     """Same call arguments for both sides (the DDIM pairs pass the call-time eta that makes them stochastic)."""
     if kind == "dit":
         return {"class_labels": [1, 7], "guidance_scale": 4.0, "output_type": "pt"}
-    text = {"max_sequence_length": 8, "height": 8, "width": 8, "guidance_scale": 3.0, "output_type": "latent"}
+    side = 16 if kind == "flux" else 8  # Flux: 2x VAE, 2x2 packing
+    text = {"max_sequence_length": 8, "height": side, "width": side, "guidance_scale": 3.0, "output_type": "latent"}
     if kind.startswith("pixart"):
         text.update(use_resolution_binning=False, clean_caption=False)
         if scheduler_name.startswith("ddim"):
@@ -95,7 +103,7 @@ def _call(kind, scheduler_name):
 def step_noise_from(pipe, generator, halves):
     """``pipe.scheduler.step`` draws from ``generator``; with ``halves`` it steps the first half and copies it.
 
-    Only for DiT and SD3: PixArt passes its generator (and ``eta``, found by inspecting ``step``) itself.
+    Only for DiT, SD3 and Flux: PixArt passes its generator (and ``eta``, found by inspecting ``step``) itself.
     """
     step = pipe.scheduler.step
 
@@ -199,3 +207,59 @@ def test_a_call_time_eta_is_honoured_or_refused_never_dropped(pipes):
         SpeculativePipeline.from_pipe(pipe, method="coupling").plain(eta=1.5, **call)
     with pytest.raises(TypeError):  # DiTPipeline takes no eta: the same TypeError the pipeline raises
         SpeculativePipeline.from_pipe(pipes["dit"], method="coupling")(class_labels=[1], eta=0.5)
+
+
+FLUX_SCHEDULERS = {  # Flux's own configuration (dynamic shift) and the flow-sigma SDE-DPM-Solver it also runs
+    "flow-stochastic-dynamic-shift": lambda: FlowMatchEulerDiscreteScheduler(
+        stochastic_sampling=True, use_dynamic_shifting=True, base_image_seq_len=4, max_image_seq_len=64),
+    "sde-dpm-solver++-2m-flow-sigmas": lambda: DPMSolverMultistepScheduler(
+        algorithm_type="sde-dpmsolver++", solver_order=2, use_flow_sigmas=True, prediction_type="flow_prediction",
+        use_dynamic_shifting=True, time_shift_type="exponential"),
+}
+
+
+@pytest.fixture(scope="module")
+def guided_flux(pipes):
+    """The tiny Flux with a guidance-embedding transformer (the distilled ``guidance`` input is used)."""
+    flux = pipes["flux"]
+    torch.manual_seed(1)
+    transformer = FluxTransformer2DModel.from_config({**flux.transformer.config, "guidance_embeds": True}).eval()
+    return type(flux)(**{**flux.components, "transformer": transformer})
+
+
+@pytest.mark.parametrize("scheduler_name", list(FLUX_SCHEDULERS))
+def test_flux_plain_equals_the_pipeline_with_true_cfg_guidance_embeds_and_its_decoder(guided_flux, scheduler_name):
+    """The dynamic shift ``mu``, the distilled ``guidance``, true CFG (negative rows batched with the positive
+    ones) and the decoder (unpacked, shifted, decoded, postprocessed) give the pipeline's own images."""
+    pipe = _with(guided_flux, FLUX_SCHEDULERS[scheduler_name]())
+    call = {"prompt": [PROMPT, "a blue bird"], "negative_prompt": ["a cat", "a dog"], "true_cfg_scale": 2.5,
+            "guidance_scale": 3.5, "max_sequence_length": 8, "height": 16, "width": 16, "output_type": "pt",
+            "num_inference_steps": STEPS}
+    g = torch.Generator().manual_seed(4)
+    with step_noise_from(pipe, g, halves=False):
+        direct = pipe(generator=g, **call).images
+    methods = ["coupling"] + (["autospec"] if type(pipe.scheduler).__name__ in AUTOSPEC else [])
+    for method in methods:
+        spec = SpeculativePipeline.from_pipe(pipe, method=method)
+        plain = spec.plain(generator=torch.Generator().manual_seed(4), **call)
+        assert plain.spec_stats.target_calls == STEPS
+        torch.testing.assert_close(plain.images, direct, atol=1e-5, rtol=1e-5, msg=f"{method} + {scheduler_name}")
+        assert not torch.allclose(plain.images, spec.plain(generator=torch.Generator().manual_seed(4),
+                                                           **{**call, "true_cfg_scale": 1.0}).images, atol=1e-3)
+
+
+def test_flux_speculates_and_refuses_what_it_cannot_honour(pipes):
+    pipe = _with(pipes["flux"], SCHEDULERS["flow-stochastic"]())
+    call = {**_call("flux", "flow-stochastic"), "num_inference_steps": 48}
+    spec = SpeculativePipeline.from_pipe(pipe, method="coupling", lookahead=4)
+    seen = []
+    out = spec(generator=torch.Generator().manual_seed(4), callback_on_step_end=lambda p, i, t, kw: seen.append(
+        (i, sorted(kw))), callback_on_step_end_tensor_inputs=["latents", "prompt_embeds"], **call)
+    assert out.images.shape == (2, 16, 16) and torch.isfinite(out.images).all()  # packed latents
+    assert spec.stats.target_calls <= 48 and 0 < spec.stats.accepted < spec.stats.proposed, spec.stats
+    assert seen[-1][0] == 46 and all(keys == ["latents", "prompt_embeds"] for _, keys in seen)  # last round: step 46, as on SD3
+    for name in ("sigmas", "ip_adapter_image_embeds"):
+        with pytest.raises(ValueError, match=f"{name}= is not supported"):
+            spec(**{**call, name: [0.5]})
+    with pytest.raises(ValueError, match="true_cfg_scale=2.0: the negative prompt embeddings"):
+        spec(negative_prompt="a cat", true_cfg_scale=2.0, **call)  # one negative prompt for two prompts

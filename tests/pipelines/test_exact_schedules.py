@@ -1,6 +1,7 @@
 """`coupling` and `autospec` keep the law of the user's own pipeline across schedule settings: DDPM with
 ``"trailing"`` and ``"leading"`` timestep spacing, v-prediction and epsilon (PixArt), DDIM at a
-call-time ``eta`` (PixArt), and SD3's stochastic flow matching at another shift.
+call-time ``eta`` (PixArt), SD3's stochastic flow matching at another shift, and Flux's (its own sigma
+schedule and resolution shift ``mu``, packed latents).
 
 The reference arm is the unwrapped pipeline itself (its own loop, its own noise). Each case runs,
 in the same test, a planted bias (drafts accepted without reflection) that the same two-sample
@@ -16,10 +17,18 @@ import diffspec.schedulers.autospec as autospec
 import diffspec.schedulers.speculative as speculative
 from diffspec import SpeculativePipeline
 from diffspec.bench.twosample import same_law
+from diffspec.testing.tiny_pipelines import build_tiny_pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 FAST_N, SLOW_N = 300, 1000
+
+
+def build_flux(scheduler):
+    pipe = build_tiny_pipeline("tiny-flux-random")
+    return type(pipe)(**{**pipe.components, "scheduler": scheduler})
+
+
 CASES = {  # name: (pipeline builder, scheduler, steps, call arguments beyond the common ones, methods)
     "pixart-ddpm-trailing-v-fixed-large": (build_pixart, lambda: DDPMScheduler(
         prediction_type="v_prediction", variance_type="fixed_large", timestep_spacing="trailing"), 16, {},
@@ -34,6 +43,8 @@ CASES = {  # name: (pipeline builder, scheduler, steps, call arguments beyond th
     "sd3-flow-stochastic-shift-1": (build_sd3, lambda: FlowMatchEulerDiscreteScheduler(stochastic_sampling=True,
                                                                                        shift=1.0), 24, {},
                                     ("coupling",)),
+    "flux-flow-stochastic-dynamic-shift": (build_flux, lambda: FlowMatchEulerDiscreteScheduler(
+        stochastic_sampling=True, use_dynamic_shifting=True), 24, {"height": 16, "width": 16}, ("coupling",)),
 }
 
 
@@ -46,7 +57,7 @@ def _call(pipe, steps, extra, latent_side=4):
 
 
 def _samples(run, n, seed, call):
-    torch.manual_seed(seed)  # SD3 steps with the global RNG
+    torch.manual_seed(seed)  # SD3 and Flux step with the global RNG
     return run(PROMPT, num_images_per_prompt=n, generator=torch.Generator().manual_seed(seed), **call).images
 
 
