@@ -10,7 +10,8 @@ sequential calls), ``picard`` (ParaDiGMS-style, approximate) and the determinist
 transformer calls and rows evaluated per sample (at the timed batch and over the quality set),
 acceptance per draft depth, wall-clock (interleaved, warmed up), and quality: a two-sample test
 of the final latents against the baseline's (energy distance and per-coordinate KS; exact arms
-must pass), reference FID and class accuracy of the decoded images.
+must pass), reference FID and class accuracy of the decoded images. A judged text-to-image ``FluxPipeline``
+(``tiny-flux``) runs the same arms on prompts instead of class labels (:mod:`.exact_text`).
 
 ``compile`` (``--compile``, see :mod:`.compiled`) compiles the transformer once for every arm
 (baseline and peers alike); calls are padded to a few fixed row counts, each compiled (and on CUDA
@@ -32,6 +33,7 @@ from ..stats import SpecStats
 from .compiled import PaddedRows, check_compile_mode, compile_transformer, eager, recompile_limit, row_buckets
 from .dit_cache import method_configs
 from .exact_peers import SOLVERS, picard_runner, solver_runner
+from .exact_text import TextWorkload
 from .timing import Arm, latency_summary, machine_info, time_arms
 from .twosample import same_law
 
@@ -41,18 +43,19 @@ EXPERIMENTAL = ("coupling-forecast",)
 QUALITY_CHUNK = 250
 
 
-def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> Any:
+def _pipeline(model: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, TextWorkload | None]:
+    """The pipeline with its sampler swapped in (DiT: DDPM), and the text workload for a judged text pipeline."""
     from diffusers import DDPMScheduler
 
     from ..models import load_pipeline
 
     pipe = random_dit_pipeline(model, device, dtype) if _is_dit_spec(model) else load_pipeline(model, dtype=dtype,
                                                                                                device=device)
-    if not hasattr(pipe, "get_label_ids"):
-        raise ValueError(f"exact-diffusion needs a class-conditional DiTPipeline; {model!r} is {type(pipe).__name__}")
-    pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    if not hasattr(pipe, "get_label_ids"):
+        return pipe, TextWorkload(pipe, model)  # ValueError unless a judged FluxPipeline
+    pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    return pipe, None
 
 
 def _is_dit_spec(model: str) -> bool:
@@ -106,15 +109,14 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     step count, run once, in the first quality group. ``quality_methods`` limits the quality
     measurement to these arms (``ddim`` / ``dpm-solver++`` name all their step counts; the baseline
     is always measured). ``compile``: one of :data:`~diffspec.bench.compiled.COMPILE_MODES`, applied to
-    the transformer that every arm calls.
+    the transformer that every arm calls. ``model`` may be a judged ``FluxPipeline`` folder
+    (:class:`~diffspec.bench.exact_text.TextWorkload`; default steps: the folder's ``steps``).
 
     Example:
         >>> doc = run_exact_diffusion("tiny-dit", steps=[20, 50], quality_samples=50, repeats=1)  # doctest: +SKIP
     """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    step_counts, batch = _step_list(steps), batch or 1
-    quality_steps = [quality_steps] if isinstance(quality_steps, int) else quality_steps
-    quality_at = [s for s in step_counts if quality_steps is None or s in quality_steps]
+    step_counts, batch = _step_list(steps) if steps is not None else None, batch or 1
     methods = list(methods or (*EXACT_METHODS, *PEERS))
     unknown = [m for m in methods if m not in (*EXACT_METHODS, *PEERS)]
     if unknown:
@@ -123,24 +125,28 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
     if quality_samples < 2:
         raise ValueError(f"quality_samples={quality_samples} is out of range; must be >= 2")
     compile_mode = check_compile_mode(compile)
-    pipe = _pipeline(model, dev, getattr(torch, dtype or "float32"))
+    pipe, text = _pipeline(model, dev, getattr(torch, dtype or "float32"))
+    step_counts = step_counts or [text.steps if text is not None else 100]
+    quality_steps = [quality_steps] if isinstance(quality_steps, int) else quality_steps
+    quality_at = [s for s in step_counts if quality_steps is None or s in quality_steps]
+    skipped = text.skipped(methods) if text is not None else []
+    methods = [m for m in methods if m not in {x["method"] for x in skipped}]
     configs = method_configs(dict(overrides or {}), {"coupling": CouplingConfig, "autospec": AutospecConfig})
     configs["coupling-forecast"] = configs["coupling"].replace(draft="forecast")
     padded = None
     if compile_mode != "none":  # one compiled transformer for every arm, calls padded to fixed row counts
-        plain_rows = batch * (2 if guidance_scale > 1 else 1)
         lookahead = max([configs[m].max_lookahead if configs[m].adaptive else configs[m].lookahead
                          for m in EXACT_METHODS if m in methods] + [1])
         longest = max(lookahead, picard_window if "picard" in methods else 1)
-        cfg = plain_rows // batch  # rows per drafted state: 2 under guidance
+        cfg = 2 if guidance_scale > 1 and text is None else 1  # rows per drafted state: 2 under DiT's CFG
         padded = PaddedRows(compile_transformer(pipe.transformer, compile_mode, model, compile_backend),
                             [cfg * u for u in row_buckets(batch * longest, fixed=(batch,))])
         pipe.transformer = padded
-    specs = {m: SpeculativePipeline.from_pipe(pipe, method=configs[m]) for m in EXACT_METHODS if m in methods}
+    specs = _specs(pipe, configs, methods, skipped)
     plain = SpeculativePipeline.from_pipe(pipe, method="coupling")
     num_classes = len(pipe.labels) if getattr(pipe, "labels", None) else 1000
     setup = _Setup(pipe, dev, specs, plain, num_classes, guidance_scale, batch, repeats, warmup, quality_samples,
-                   show_progress, methods, picard_window, picard_tol, quality_methods, compile_mode, padded)
+                   show_progress, methods, picard_window, picard_tol, quality_methods, compile_mode, padded, text)
     runs: list[dict[str, Any]] = []
     limit = recompile_limit(len(padded.buckets) + 4) if padded is not None else contextlib.nullcontext()
     with torch.inference_mode(), limit:
@@ -161,33 +167,53 @@ def run_exact_diffusion(model: str = "tiny-dit", *, methods: list[str] | None = 
                      "batch": batch, "seeds": list(range(batch)), "guidance_scale": guidance_scale,
                      "scheduler": "DDPMScheduler", "quality_samples": quality_samples, "repeats": repeats,
                      "warmup": warmup, "quality_chunk": QUALITY_CHUNK, "solver_steps": list(solver_steps),
-                     "picard": {"window": picard_window, "tol": picard_tol}},
+                     "picard": {"window": picard_window, "tol": picard_tol},
+                     **(text.describe(guidance_scale) if text is not None else {})},
         "compile": _compile_block(compile_mode, padded, compile_backend),
         "runs": runs,
-        "notes": [
-            "target_calls: sequential transformer calls for the timed batch; target_evals: transformer rows per "
-            "sample (CFG rows counted once); quality.target_calls_per_chunk: the same for chunks of 250 samples "
-            "(a chunk waits for its slowest trajectory). Each run's 'steps' is its group's baseline step count.",
-            "two_sample compares the arm's final latents with its group's baseline on independent seeds; an exact "
-            "arm must pass (energy-distance permutation test and Bonferroni per-coordinate KS, each at alpha).",
-            "fewer-steps is the plain sampler with as many steps as coupling made sequential calls.",
-            "coupling-forecast (experimental) is coupling with draft='forecast': x0 extrapolated (Newton, order "
-            "forecast_order) through the target's predictions at committed states; exact by the same coupling.",
-            "picard: ParaDiGMS-style sliding-window Picard iteration of the same DDPM chain with pre-drawn noise "
-            "(window, tol on the noise-scaled squared change); approximate, its two-sample test is reported as is.",
-            "ddim (eta 0) and dpm-solver++ (2M) are deterministic ODE solvers at their own step counts "
-            "(config.num_inference_steps): compare by reference FID and accuracy with the baseline of their group.",
-            "Wall-clock on CPU is measured on a loaded shared machine: read it as indicative only.",
-            *([] if padded is None else [
-                "compile: every arm calls the same compiled transformer (compile.mode); calls are padded to the "
-                "next of compile.row_buckets by repeating the last row and the padding is cut from the output "
-                "(never counted in target_evals); every bucket is compiled in the untimed warmup. Per run, "
-                "compiled_graphs counts graphs compiled in its warmup runs and after them (should be 0; most graphs "
-                "are compiled before, in the untimed counting pass and the prewarm of every bucket), rows the "
-                "buckets it called and its padding overhead. Counting and quality passes run eagerly (torch.compiler.set_stance('force_eager')); "
-                "compiled outputs match eager within float tolerance (tests/bench/test_bench_compile.py)."]),
-        ],
+        "notes": _notes(padded is not None, text, bool(skipped)),
+        **({"skipped": skipped} if skipped else {}),
     }
+
+
+def _notes(compiled: bool, text: TextWorkload | None, skipped: bool) -> list[str]:
+    """The JSON's ``notes``: how to read its fields."""
+    return [
+        "target_calls: sequential transformer calls for the timed batch; target_evals: transformer rows per "
+        "sample (CFG rows counted once); quality.target_calls_per_chunk: the same for chunks of 250 samples "
+        "(a chunk waits for its slowest trajectory). Each run's 'steps' is its group's baseline step count.",
+        "two_sample compares the arm's final latents with its group's baseline on independent seeds; an exact "
+        "arm must pass (energy-distance permutation test and Bonferroni per-coordinate KS, each at alpha).",
+        "fewer-steps is the plain sampler with as many steps as coupling made sequential calls.",
+        "coupling-forecast (experimental) is coupling with draft='forecast': x0 extrapolated (Newton, order "
+        "forecast_order) through the target's predictions at committed states; exact by the same coupling.",
+        "picard: ParaDiGMS-style sliding-window Picard iteration of the same DDPM chain with pre-drawn noise "
+        "(window, tol on the noise-scaled squared change); approximate, its two-sample test is reported as is.",
+        "ddim (eta 0) and dpm-solver++ (2M) are deterministic ODE solvers at their own step counts "
+        "(config.num_inference_steps): compare by reference FID and accuracy with the baseline of their group.",
+        "Wall-clock on CPU is measured on a loaded shared machine: read it as indicative only.",
+        *([] if not compiled else [
+            "compile: every arm calls the same compiled transformer (compile.mode); calls are padded to the "
+            "next of compile.row_buckets by repeating the last row and the padding is cut from the output "
+            "(never counted in target_evals); every bucket is compiled in the untimed warmup. Per run, "
+            "compiled_graphs counts graphs compiled in its warmup runs and after them (should be 0; most graphs "
+            "are compiled before, in the untimed counting pass and the prewarm of every bucket), rows the "
+            "buckets it called and its padding overhead. Counting and quality passes run eagerly (torch.compiler.set_stance('force_eager')); "
+            "compiled outputs match eager within float tolerance (tests/bench/test_bench_compile.py)."]),
+        *(text.notes() if text is not None else []),
+        *(["skipped: requested arms that could not run on this pipeline, with the reason."] if skipped else []),
+    ]
+
+
+def _specs(pipe: Any, configs: dict[str, Any], methods: list[str], skipped: list[dict[str, str]]) -> dict[str, Any]:
+    """The exact arms the pipeline/scheduler pair accepts; the refused ones go to ``skipped`` with the reason."""
+    specs = {}
+    for m in (m for m in EXACT_METHODS if m in methods):
+        try:
+            specs[m] = SpeculativePipeline.from_pipe(pipe, method=configs[m])
+        except ValueError as e:  # e.g. autospec (ASD) on a flow-matching scheduler
+            skipped.append({"method": m, "reason": str(e)})
+    return specs
 
 
 @dataclass
@@ -209,6 +235,7 @@ class _Setup:
     quality_methods: list[str] | None
     compile_mode: str = "none"
     padded: PaddedRows | None = None
+    text: TextWorkload | None = None
 
 
 def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -216,14 +243,16 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
 
     def call(spec: Any, seeds: list[int], n_steps: int, plain_run: bool) -> torch.Tensor:
         run = spec.plain if plain_run else spec
+        if s.text is not None:
+            return s.text.generate(run, seeds, n_steps, s.guidance_scale)
         g = torch.Generator(s.dev).manual_seed(seeds[0])  # on the run's device: no host copy per draw
         return run(class_labels=[x % s.num_classes for x in seeds], num_inference_steps=n_steps, generator=g,
                    guidance_scale=s.guidance_scale, output_type="latent").images.float().cpu()
 
-    timed_seeds = list(range(s.batch))
+    timed_seeds, sampler = list(range(s.batch)), "DDPM" if s.text is None else s.text.sampler
     stats_of: dict[str, SpecStats] = {"baseline": s.plain.stats}
     arms = [Arm("baseline", lambda seeds: call(s.plain, seeds, steps, True),
-                config={"num_inference_steps": steps, "sampler": "DDPM"})]
+                config={"num_inference_steps": steps, "sampler": sampler})]
     for m, spec in s.specs.items():
         arms.append(Arm(m, lambda seeds, spec=spec: call(spec, seeds, steps, False), config=spec.config.to_dict()))
         stats_of[m] = spec.stats
@@ -243,7 +272,7 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
     if "fewer-steps" in s.methods:
         k = calls_of.get("coupling", {"target_calls": steps // 2})["target_calls"]
         arms.append(Arm("fewer-steps", lambda seeds, k=k: call(s.plain, seeds, k, True), peer=True,
-                        config={"num_inference_steps": k, "sampler": "DDPM", "matches": "coupling's sequential calls"}))
+                        config={"num_inference_steps": k, "sampler": sampler, "matches": "coupling's sequential calls"}))
         calls_of["fewer-steps"] = {"target_calls": k, "target_evals": float(k)}
     for solver in (x for x in SOLVERS if x in s.methods):
         for k in solver_steps:
@@ -261,11 +290,10 @@ def _group(s: _Setup, steps: int, *, quality: bool, solver_steps: tuple[int, ...
               count_compiles=s.padded is not None)
     samples: dict[str, torch.Tensor] = {}
     quality_calls: dict[str, dict[str, Any]] = {}
-    n = s.quality_samples
     untimed = eager(s.padded) if s.padded is not None else contextlib.nullcontext()
     with untimed:
         _quality_pass(s, arms if quality else [], steps, stats_of, calls_of, samples, quality_calls)
-    return _runs(arms, samples, calls_of, quality_calls, s.pipe, s.num_classes, n, steps, s.compile_mode)
+    return _runs(arms, samples, calls_of, quality_calls, s, steps)
 
 
 def _quality_pass(s: _Setup, arms: list[Arm], steps: int, stats_of: dict[str, SpecStats],
@@ -327,10 +355,10 @@ def _calls(stats: SpecStats) -> dict[str, Any]:
 
 
 def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str, dict[str, Any]],
-          quality_calls: dict[str, dict[str, Any]], pipe: Any, num_classes: int, n: int,
-          steps: int, compile_mode: str = "none") -> list[dict[str, Any]]:
+          quality_calls: dict[str, dict[str, Any]], s: _Setup, steps: int) -> list[dict[str, Any]]:
     from ..models import class_accuracy, reference_fid
 
+    pipe, num_classes, n, compile_mode = s.pipe, s.num_classes, s.quality_samples, s.compile_mode
     base_median = latency_summary(arms[0].times)["median"]
     reference = samples.get("baseline")
     runs = []
@@ -338,12 +366,15 @@ def _runs(arms: list[Arm], samples: dict[str, torch.Tensor], calls_of: dict[str,
         latency = latency_summary(arm.times)
         quality: dict[str, Any] = {"fid": None, "accuracy": None, "psnr": None, "ssim": None, "lpips": None}
         if arm.name in samples:
-            latents = samples[arm.name]
-            images = pipe.vae.decode(latents.to(pipe.vae.device, pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample
-            images = images.float().clamp(-1, 1).cpu()
-            labels = torch.tensor([s % num_classes for s in range(10_000 * (i + 1), 10_000 * (i + 1) + n)])
-            quality.update(fid=round(reference_fid(images), 3), accuracy=round(class_accuracy(images, labels), 4),
-                           **quality_calls[arm.name])
+            latents, seeds = samples[arm.name], list(range(10_000 * (i + 1), 10_000 * (i + 1) + n))
+            if s.text is not None:  # the scene judge's FID and prompt accuracy
+                quality.update(**s.text.scores(latents, seeds), **quality_calls[arm.name])
+            else:
+                images = pipe.vae.decode(latents.to(pipe.vae.device, pipe.vae.dtype) / pipe.vae.config.scaling_factor).sample
+                images = images.float().clamp(-1, 1).cpu()
+                labels = torch.tensor([x % num_classes for x in seeds])
+                quality.update(fid=round(reference_fid(images), 3), accuracy=round(class_accuracy(images, labels), 4),
+                               **quality_calls[arm.name])
             if arm.name != "baseline":
                 quality["two_sample"] = same_law(reference, latents)
         quality["exact"] = arm.name in ("baseline", *EXACT_METHODS)
