@@ -113,9 +113,9 @@ caller gives none), and ``judge``, what scores its samples (``"prompted-scenes"`
 
 def model_settings(pipe: Any) -> dict[str, Any]:
     """The :data:`MODEL_FILE` of the folder ``pipe`` was loaded from (``{}`` when it has none)."""
-    folder = Path(str(getattr(pipe, "name_or_path", "") or getattr(pipe.config, "_name_or_path", "") or ""))
-    path = folder / MODEL_FILE
-    if not str(folder) or not path.is_file():
+    name = getattr(pipe, "name_or_path", None) or getattr(getattr(pipe, "config", None), "_name_or_path", None)
+    path = Path(str(name)) / MODEL_FILE if name else None
+    if path is None or not path.is_file():
         return {}
     return json.loads(path.read_text())
 

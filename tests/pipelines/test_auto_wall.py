@@ -10,7 +10,6 @@ from diffspec.config import AutoConfig
 from diffspec.models import load_ar_target
 from diffspec.pipelines.auto_ar import GSD_TV_CAPS, ar_candidates, relaxed_cap
 from diffspec.pipelines.auto_cache import CACHE_ENV
-from diffspec.pipelines.auto_cost import median_times
 from diffspec.pipelines.auto_mm import mm_candidates, rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -105,38 +104,17 @@ def test_multimodal_auto_on_tiny_vlm_picks_a_draft_length_and_the_second_call_me
     assert again.calibrate(**call)["config"] == spec.choice["config"]
 
 
-@pytest.mark.slow
-def test_the_choice_on_tiny_ar_is_at_least_as_fast_as_sjd_at_window_16(cache, tiny_ar):
-    labels = list(range(4))
-    spec = SpeculativePipeline.from_pipe(tiny_ar, method="auto", quality="exact", samples=4)
+def test_the_three_best_predicted_are_timed_and_the_fastest_measured_is_kept(cache, tiny_ar):
+    """Predictions rank the candidates, the clock decides among the best three (speed itself is claimed by
+    `diffspec bench auto`, not here)."""
+    spec = SpeculativePipeline.from_pipe(tiny_ar, method="auto", quality="exact", samples=2)
     spec.set_progress_bar_config(disable=True)
-    spec.calibrate(class_labels=labels)
-    sjd = SpeculativePipeline.from_pipe(tiny_ar, method="sjd", window=16)
-    sjd.set_progress_bar_config(disable=True)
-
-    def images(runner):
-        return lambda: [runner(class_labels=[y], generator=torch.Generator().manual_seed(100 + y),
-                               output_type="tokens") for y in labels]
-
-    times = median_times({"auto": images(spec), "sjd": images(sjd)}, torch.device("cpu"), repeats=5, warmup=1)
-    print(f"auto {spec.config}: {times['auto']:.3f} s, sjd window 16: {times['sjd']:.3f} s "
-          f"(predicted {spec.choice['speedup']}x, measured {spec.choice['measured_speedup']}x vs plain)")
-    assert times["auto"] <= times["sjd"] * 1.05  # one run's timing noise on a shared machine
-
-
-@pytest.mark.slow
-def test_draft_at_the_chosen_length_is_at_least_twice_plain_on_tiny_vlm(cache, tiny_vlm):
-    target, processor, drafter, call = tiny_vlm
-    spec = SpeculativePipeline.from_pipe((target, processor), method="auto", draft=drafter, samples=4)
-    spec.calibrate(**call)
-    assert spec.choice["method"] == "draft"
-    one = [{k: v[i:i + 1] if isinstance(v, torch.Tensor) else v for k, v in call.items()} for i in range(4)]
-    with torch.inference_mode():
-        times = median_times({"auto": lambda: [spec(**x) for x in one],
-                              "plain": lambda: [spec.run_unchanged(**x) for x in one]},
-                             torch.device("cpu"), repeats=5, warmup=1)
-    print(f"draft k={spec.config.num_draft_tokens}: {times['plain'] / times['auto']:.2f}x plain")
-    assert times["plain"] / times["auto"] >= 2.0
+    choice = spec.calibrate(class_labels=[0, 1])
+    verified = choice["verified"]
+    assert 1 <= len(verified) <= 3 and all(v["speedup"] > 1.0 for v in verified)
+    assert choice["config"] in [v["config"] for v in verified]
+    assert choice["measured_speedup"] == max(v["measured_speedup"] for v in verified)
+    assert choice["speedup"] in [v["speedup"] for v in verified]
 
 
 def test_calibrate_auto_takes_an_ar_model_and_the_cli_names_the_choice(cache, capsys):
