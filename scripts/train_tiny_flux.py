@@ -2,13 +2,14 @@
 
 A scaled-down ``FluxTransformer2DModel`` (double-stream then single-stream blocks), a word-level
 tokenizer over the prompt vocabulary, tiny CLIP (pooled) and T5 (sequence) text encoders trained
-with it, the tiny-dit VAE (16x16x4 latents of 32x32 images, packed 2x2 as FLUX packs them) and
+with it, a tiny VAE trained on scenes (16x16x4 latents of 32x32 images, packed 2x2 as FLUX packs them) and
 rectified flow matching (velocity = noise - data, logit-normal times), as ``FluxPipeline`` samples
 with ``FlowMatchEulerDiscreteScheduler``. Prompts are dropped 10% of the time (the empty prompt), so
 ``true_cfg_scale`` with ``negative_prompt=""`` works too. Prompts are at most 17 tokens: the model is
 trained and called with ``max_sequence_length=24``.
 
-    python scripts/train_tiny_flux.py --minutes 100 --out /tmp/tiny-flux
+    python scripts/train_tiny_vae.py --data scenes --out /tmp/scene-vae --record scripts/runs/scene_vae.json
+    python scripts/train_tiny_flux.py --vae /tmp/scene-vae --minutes 100 --out /tmp/tiny-flux
 """
 
 from __future__ import annotations
@@ -194,7 +195,9 @@ def save_samples(folder: Path, png: Path) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vae", type=Path, default=Path("diffspec/weights/tiny-dit/vae"))
+    p.add_argument("--vae", type=Path, required=True,
+                   help="a 16x16x4 AutoencoderKL that holds scenes: scripts/train_tiny_vae.py --data scenes (the "
+                   "tiny-dit VAE washes their colours out)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--width", type=int, default=96, help="transformer width (multiple of 32: heads of 32)")
     p.add_argument("--double", type=int, default=2, help="double-stream blocks")

@@ -36,7 +36,8 @@
 #            the GPU (needs .peers: `bash scripts/gpu/fetch_peers.sh` here, then carry=[".peers"])      ~2-4 min
 #   train-dit  tiny-dit trained from scratch on the GPU (same size: 5 blocks, 96 wide; batch 256, min-SNR 5,
 #            cosine in 7 minutes), then scored on 1000 samples: a candidate for diffspec/weights/tiny-dit      ~9 min
-#   train-flux tiny-flux trained from scratch on the GPU (batch 256, 7 minutes), then its sample grid        ~8 min
+#   train-flux a scene VAE (1500 CPU steps), then tiny-flux trained on its latents on the GPU (batch 256, 6 minutes),
+#            scored on 1000 held-out prompts by the scene judge                                               ~9 min
 #   flux-cn  dit-cache on FLUX-size 1024^2 (28 steps) with a 5 + 10 block FLUX ControlNet called every step:
 #            taylor forecasting the ControlNet's outputs vs the ControlNet every step vs diffusers' TaylorSeer  ~5 min
 # Measured on an H200 (2026-11-25): ar ~5.5 min, ar-ra ~3 min, flux ~4.5 min (both parts), a machine start
@@ -161,8 +162,9 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
         --threads 8 --out "$OUT/tiny-dit" --record "$OUT/tiny_dit-$gpu.json" --eval-samples 1000
       ;;
     train-flux)
-      timeout 580 python3 scripts/train_tiny_flux.py --minutes 7 --batch-size 256 --device cuda --threads 8 \
-        --out "$OUT/tiny-flux" --record "$OUT/tiny_flux-$gpu.json"
+      timeout 150 python3 scripts/train_tiny_vae.py --data scenes --out "$OUT/scene-vae" --record "$OUT/scene_vae-$gpu.json"
+      timeout 420 python3 scripts/train_tiny_flux.py --vae "$OUT/scene-vae" --minutes 5 --batch-size 256 --device cuda \
+        --threads 8 --out "$OUT/tiny-flux" --record "$OUT/tiny_flux-$gpu.json"
       ;;
     ar-official)
       [ -d .peers/sjd ] || { echo "no .peers: run scripts/gpu/fetch_peers.sh here and carry .peers"; exit 2; }

@@ -30,6 +30,7 @@ def test_a_short_run_writes_a_float32_flux_pipeline(tmp_path):
 
     out = tmp_path / "tiny-flux"
     cmd = [sys.executable, str(ROOT / "scripts" / "train_tiny_flux.py"), "--out", str(out), "--steps", "2",
+           "--vae", str(ROOT / "diffspec" / "weights" / "tiny-dit" / "vae"),
            "--data", "200", "--batch-size", "4", "--width", "32", "--double", "1", "--single", "1",
            "--record", str(tmp_path / "record.json"), "--eval-samples", "4"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
