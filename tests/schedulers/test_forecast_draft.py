@@ -54,7 +54,7 @@ def test_forecast_of_x0_is_accepted_far_more_than_forecast_of_the_raw_output():
     it is nearly never accepted; forecasting x0 is, though here still below freezing x0."""
     from diffspec.bench.exact_diffusion import _pipeline
 
-    trained = _pipeline("tiny-dit", torch.device("cpu"), torch.float32)
+    trained, _ = _pipeline("tiny-dit", torch.device("cpu"), torch.float32)
     rates = {}
     for draft in ("x0", "forecast", "forecast-output"):
         spec = SpeculativePipeline.from_pipe(trained, method="coupling", lookahead=4, draft=draft)
