@@ -23,13 +23,19 @@ from diffspec.metrics import feature_stats
 from diffspec.models.scene_judge import JUDGE_DIR, SceneJudge
 
 
+def targets(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-cell targets of prompts or captions (sizes dropped): shape class (0 empty, 1 + shape index) and colour,
+    each (n, 4)."""
+    parsed = [parse_prompt(t.replace("small ", "").replace("large ", "")) for t in texts]
+    present, shape, colour = (torch.stack(t) for t in zip(*parsed))
+    return torch.where(present, shape + 1, 0), colour
+
+
 def batch(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Images with per-cell targets: shape class (0 empty, 1 + shape index) and colour (n, 4)."""
+    """Half prompted, half captioned scenes with their per-cell targets (:func:`targets`)."""
     x1, p1 = render_prompted_scenes(n // 2, seed=seed)
     x2, p2 = render_scenes(n - n // 2, seed=seed)
-    p2 = [c.replace("small ", "").replace("large ", "") for c in p2]
-    present, shape, colour = (torch.stack(t) for t in zip(*(parse_prompt(p) for p in p1 + p2)))
-    return torch.cat([x1, x2]), torch.where(present, shape + 1, 0), colour
+    return torch.cat([x1, x2]), *targets(p1 + p2)
 
 
 def accuracy(model: SceneJudge, x: torch.Tensor, shape: torch.Tensor, colour: torch.Tensor) -> dict[str, float]:
@@ -67,10 +73,10 @@ def main() -> None:
         if step % 100 == 0 or step == args.steps - 1:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - start:.0f}s)", flush=True)
     model.eval()
-    x_p, p_p = render_prompted_scenes(2000, seed=7)  # held out (training seeds start at 1e6)
-    present, shape, colour = (torch.stack(t) for t in zip(*(parse_prompt(q) for q in p_p)))
-    held_out = {"prompted_scenes": accuracy(model, x_p, torch.where(present, shape + 1, 0), colour),
-                "captioned_scenes": accuracy(model, *_captioned(2000))}
+    held_out = {}  # training seeds start at 1e6
+    for name, render in (("prompted_scenes", render_prompted_scenes), ("captioned_scenes", render_scenes)):
+        x, texts = render(2000, seed=7)
+        held_out[name] = accuracy(model, x, *targets(texts))
     with torch.no_grad():
         x, _ = render_prompted_scenes(args.stats_samples, seed=8)
         feats = torch.cat([model.features(x[i:i + 1000]) for i in range(0, len(x), 1000)]).double()
@@ -87,12 +93,6 @@ def main() -> None:
     args.record.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
 
-
-def _captioned(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x, captions = render_scenes(n, seed=7)
-    parsed = [parse_prompt(c.replace("small ", "").replace("large ", "")) for c in captions]
-    present, shape, colour = (torch.stack(t) for t in zip(*parsed))
-    return x, torch.where(present, shape + 1, 0), colour
 
 
 if __name__ == "__main__":
