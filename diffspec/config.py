@@ -391,7 +391,7 @@ class AutoConfig(MethodConfig):
     exact: ClassVar[bool] = False
 
     quality: str | float = "balanced"
-    samples: int = 4
+    samples: int = 8
 
     def __post_init__(self) -> None:
         if isinstance(self.quality, str):

@@ -26,6 +26,7 @@ from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeli
 
 from diffspec.data import make_grid_png, render_prompted_scenes
 from diffspec.data.prompted import PROMPT_WORDS
+from diffspec.models import load_pipeline
 
 MAX_SEQUENCE_LENGTH = 24
 RECORD = Path("scripts/runs/tiny_flux.json")
@@ -66,7 +67,7 @@ def build_models(width: int, double: int, single: int):
 
 def load_parts(folder: Path) -> tuple:
     """(transformer, CLIP text encoder, T5 encoder) of a saved tiny-flux, to continue training."""
-    pipe = FluxPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+    pipe = load_pipeline(folder, dtype=torch.float32)
     return pipe.transformer, pipe.text_encoder, pipe.text_encoder_2
 
 
@@ -143,7 +144,8 @@ def save(parts: tuple, vae: AutoencoderKL, tokenizer, out: Path) -> None:
     """Write the ``FluxPipeline`` folder with ``diffspec_model.json`` (call defaults, steps, judge).
 
     Every weight file is stored in float16 while the configs keep float32, so diffusers and transformers load
-    float32 models (transformers 5 would otherwise load float16 text encoders).
+    float32 models (transformers 5 would otherwise load float16 text encoders); the transformer then goes to int8
+    (:func:`store_transformer_int8`).
     """
     from safetensors.torch import load_file, save_file
 
@@ -157,6 +159,18 @@ def save(parts: tuple, vae: AutoencoderKL, tokenizer, out: Path) -> None:
     settings = {"call_defaults": {"height": 32, "width": 32, "max_sequence_length": MAX_SEQUENCE_LENGTH},
                 "steps": 28, "judge": "prompted-scenes"}
     (out / "diffspec_model.json").write_text(json.dumps(settings, indent=2) + "\n")
+    store_transformer_int8(out)
+
+
+def store_transformer_int8(out: Path) -> None:
+    """Store the folder's transformer as per-row int8 (:mod:`diffspec.models.int8_weights`: half the bytes of
+    float16; ``load_pipeline`` dequantizes it, ``load_pipeline(out).save_pretrained(path)`` writes a plain folder)."""
+    from diffspec.models.int8_weights import save_int8
+
+    fp16 = out / "transformer" / "diffusion_pytorch_model.safetensors"
+    transformer = FluxTransformer2DModel.from_pretrained(out / "transformer", torch_dtype=torch.float32)
+    fp16.unlink()
+    save_int8(transformer, out / "transformer")
 
 
 @torch.no_grad()
@@ -166,7 +180,7 @@ def evaluate(folder: Path, n: int, steps: int = 28) -> dict:
     from diffspec.bench.dit_cache_workloads import JUDGED_PROMPT_SEED
     from diffspec.models.scene_judge import prompt_scores, scene_fid
 
-    pipe = FluxPipeline.from_pretrained(folder)
+    pipe = load_pipeline(folder)
     pipe.set_progress_bar_config(disable=True)
     real, prompts = render_prompted_scenes(n, seed=JUDGED_PROMPT_SEED)
     images = []
@@ -183,7 +197,7 @@ def evaluate(folder: Path, n: int, steps: int = 28) -> dict:
 
 def save_samples(folder: Path, png: Path) -> None:
     """Eight prompts of held-out scenes, eight seeds each (28 steps)."""
-    pipe = FluxPipeline.from_pretrained(folder)
+    pipe = load_pipeline(folder)
     pipe.set_progress_bar_config(disable=True)
     _, prompts = render_prompted_scenes(8, seed=123)
     images = pipe([p for p in prompts for _ in range(8)], height=32, width=32, num_inference_steps=28,
@@ -238,7 +252,7 @@ def main() -> None:
                                 "params": sum(p.numel() for p in ema[0].parameters())},
                 "text_encoder_params": sum(p.numel() for m in ema[1:] for p in m.parameters()),
                 "max_sequence_length": MAX_SEQUENCE_LENGTH, "threads": args.threads, "device": args.device,
-                "stored_dtype": "float16"})
+                "stored_dtype": "transformer int8 (per row), the rest float16"})
     if args.init is not None:
         run["init"] = str(args.init)
     if args.eval_samples:

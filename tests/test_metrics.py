@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from diffspec.metrics import PSNR_CAP_DB, frechet_distance, psnr, ssim
+from diffspec.metrics import (
+    PSNR_CAP_DB,
+    frechet_distance,
+    lower_prediction_bound,
+    psnr,
+    ssim,
+    student_t_quantile,
+)
 
 
 def test_psnr_identical_is_capped_and_known_value():
@@ -37,3 +44,27 @@ def test_frechet_distance_properties():
     assert abs(frechet_distance(mu, sigma, mu, sigma)) < 1e-6
     assert frechet_distance(mu + 1.0, sigma, mu, sigma) == pytest.approx(8.0, rel=1e-6)
     assert frechet_distance(mu, 4 * sigma, mu, sigma) > 1.0
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 15, 63])
+def test_student_t_quantile_matches_scipy(df):
+    from scipy import stats
+
+    for p in (0.9, 0.95, 0.99):
+        exact = stats.t.ppf(p, df)
+        assert abs(student_t_quantile(p, df) - exact) <= 0.004 * exact
+
+
+def test_lower_prediction_bound_covers_new_draws_at_its_rate():
+    """Over many sets of 8 normal draws, a ninth draw falls below the bound about 5% of the time (the worst of 8
+    would be beaten 1 time in 9)."""
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.randn(4000, 9, generator=gen, dtype=torch.float64) * 3 + 40
+    below = [float(row[8]) < lower_prediction_bound(row[:8].tolist()) for row in draws]
+    below_min = (draws[:, 8] < draws[:, :8].min(1).values).double().mean().item()
+    assert 0.035 < sum(below) / len(below) < 0.065 and 0.09 < below_min < 0.13
+    assert lower_prediction_bound([41.0]) == 41.0 and lower_prediction_bound([40.0, 40.0]) == 40.0
+    with pytest.raises(ValueError, match="no values"):
+        lower_prediction_bound([])
+    with pytest.raises(ValueError, match="p=0.2"):
+        student_t_quantile(0.2, 3)

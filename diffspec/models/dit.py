@@ -94,7 +94,7 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
         raise ValueError(f"{folder} is not a diffusers pipeline folder (no model_index.json){hint}")
     kwargs = {_dtype_kwarg(): dtype} if dtype is not None else {}
     with quiet_diffusers():
-        pipe = DiffusionPipeline.from_pretrained(str(folder), **kwargs)
+        pipe = DiffusionPipeline.from_pretrained(str(folder), **int8_components(folder, dtype), **kwargs)
     vae = getattr(pipe, "vae", None)
     if type(vae).__name__ in TILED_ONLY_VAES:
         vae.enable_tiling()
@@ -102,6 +102,24 @@ def load_pipeline(name_or_path: str | Path, *, dtype: Any = None, device: Any = 
     if "height" in defaults and hasattr(pipe, "default_sample_size") and hasattr(pipe, "vae_scale_factor"):
         pipe.default_sample_size = defaults["height"] // pipe.vae_scale_factor  # FLUX-style pipelines: size default
     return pipe.to(device) if device is not None else pipe
+
+
+def int8_components(folder: Path, dtype: Any = None) -> dict[str, Any]:
+    """The components of a pipeline folder stored in int8 (``<component>/model.int8.safetensors``,
+    :mod:`~diffspec.models.int8_weights`), built from their configs with the dequantized weights; ``{}`` for a plain
+    diffusers folder. ``load_pipeline(...).save_pretrained(path)`` writes a plain one."""
+    import importlib
+
+    import torch
+
+    from .int8_weights import FILENAME, load_int8
+
+    components = {}
+    for name, spec in json.loads((folder / "model_index.json").read_text()).items():
+        if isinstance(spec, list) and len(spec) == 2 and (folder / name / FILENAME).is_file():
+            model_cls = getattr(importlib.import_module(spec[0]), spec[1])
+            components[name] = load_int8(model_cls, folder / name, dtype=dtype or torch.float32)
+    return components
 
 
 MODEL_FILE = "diffspec_model.json"

@@ -75,17 +75,21 @@ def load_int8_state(folder: str | Path, dtype: torch.dtype = torch.float32) -> d
 
 
 def save_int8(model: torch.nn.Module, folder: str | Path) -> Path:
-    """Write ``model``'s config (``save_pretrained`` without weights) and :data:`FILENAME`."""
+    """Write ``model``'s config (a transformers or diffusers model; no weights) and :data:`FILENAME`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.config.save_pretrained(folder)
+    if hasattr(model, "save_config"):  # a diffusers model
+        model.save_config(folder)
+    else:
+        model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(folder)
     return save_int8_state(model.state_dict(), folder)
 
 
 def load_int8(model_cls: type, folder: str | Path, *, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """Build ``model_cls`` from ``folder``'s config and load the dequantized :data:`FILENAME` (strict).
+    """Build ``model_cls`` (a transformers or diffusers model class) from ``folder``'s config and load the
+    dequantized :data:`FILENAME` (strict).
 
     Raises:
         ValueError: ``folder`` has no :data:`FILENAME`.
@@ -94,7 +98,10 @@ def load_int8(model_cls: type, folder: str | Path, *, dtype: torch.dtype = torch
 
     folder = Path(folder)
     state = load_int8_state(folder, dtype)
-    model = model_cls(AutoConfig.from_pretrained(folder))
+    if hasattr(model_cls, "load_config"):  # a diffusers model
+        model = model_cls.from_config(model_cls.load_config(folder))
+    else:
+        model = model_cls(AutoConfig.from_pretrained(folder))
     tied = set(getattr(model, "_tied_weights_keys", None) or ())
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k not in tied]

@@ -4,7 +4,7 @@ The folder is ``$DIFFSPEC_CACHE`` when set, else ``auto/`` in the user's cache f
 ``~/.cache/diffspec`` on Linux, ``~/Library/Caches/diffspec`` on macOS). A file is named by a hash of the
 model's fingerprint (:func:`model_fingerprint`: pipeline and transformer classes, the transformer's config and a
 few of its weights) and the settings that change the result (:func:`call_settings`: resolution, frames, steps,
-guidance, scheduler class and config). Each measured candidate is written as soon as it is measured, under a file
+guidance, scheduler class and config) and the measurement :data:`FORMAT`. Each measured candidate is written as soon as it is measured, under a file
 lock, so an interrupted calibration resumes where it stopped and a second run measures nothing.
 
 Example:
@@ -25,6 +25,9 @@ from filelock import FileLock
 
 CACHE_ENV = "DIFFSPEC_CACHE"
 """Environment variable overriding the cache folder."""
+
+FORMAT = 2
+"""The measurement format: part of every file name, so measurements of an older format are measured again."""
 
 SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "eta")
 """Call arguments a measurement depends on (besides the scheduler)."""
@@ -104,7 +107,7 @@ class AutoCache:
     @classmethod
     def for_settings(cls, model: dict[str, Any], settings: dict[str, Any]) -> AutoCache:
         """The cache file of a model fingerprint at ``settings`` (any JSON-able values that change the result)."""
-        return cls(cache_dir() / f"{digest([model, settings])[:32]}.json", model, settings)
+        return cls(cache_dir() / f"{digest([model, settings, FORMAT])[:32]}.json", model, settings)
 
     def read(self) -> dict[str, Any]:
         """The file's content (an empty record when it does not exist or was cut short)."""

@@ -3,25 +3,45 @@
 import json
 
 import pytest
+import torch
 
 from diffspec.bench import SUITES
-from diffspec.bench.auto import auto_table, run_auto
+from diffspec.bench import auto as auto_bench
+from diffspec.bench.auto import auto_table, best_hand_tuned, run_auto
 from diffspec.bench.report import markdown_table
+from diffspec.config import SpecaConfig
+from diffspec.forecast.calibrate import probe_config
+from diffspec.pipelines.auto_search import candidate_key
 
 
 def test_unknown_models_are_refused():
     assert SUITES["auto"] is run_auto
-    with pytest.raises(ValueError, match="auto: unknown model.*tiny-x; choose from tiny-dit, tiny-ar, tiny-vlm"):
+    with pytest.raises(ValueError, match="auto: unknown model.*tiny-x; choose from tiny-dit, tiny-ar, tiny-ar-tex, tiny-ar-noisy, tiny-vlm"):
         run_auto("tiny-ar,tiny-x")
 
 
 def test_the_table_gives_each_choice_its_cost_payback_and_held_out_rate():
     auto = {"quality": "exact", "choice": "mc-sjd", "calibration_s": 12.5, "pays_off_after_items": 40,
-            "held_out_rate": 1.0}
+            "held_out_rate": 1.0, "speed_vs_best_hand_tuned": 1.05}
     doc = {"suite": "auto", "runs": [
         {"model": "tiny-ar", "method": "baseline", "per_item_s": {"median": 0.2}, "speedup_vs_baseline": 1.0},
         {"model": "tiny-ar", "method": "auto (exact)", "config": {"method": "mc-sjd", "window": 8},
          "per_item_s": {"median": 0.1}, "speedup_vs_baseline": 2.0, "auto": auto}]}
     text = markdown_table(json.loads(json.dumps(doc)))
     assert text == auto_table(doc)
-    assert "| tiny-ar | auto (exact) | mc-sjd {'window': 8} | 0.1 | 2.0 | 12.5 | 40 | 1.0 |" in text.splitlines()
+    assert "| tiny-ar | auto (exact) | mc-sjd {'window': 8} | 0.1 | 2.0 | 12.5 | 40 | 1.0 | 1.05 |" in text.splitlines()
+
+
+def test_the_best_hand_tuned_arm_is_the_fastest_setting_meeting_the_floor_on_the_held_out_items(monkeypatch, tmp_path):
+    monkeypatch.setenv("DIFFSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(auto_bench, "DIT_STEPS", 8)
+    monkeypatch.setattr(auto_bench, "HELD_OUT", 3)
+    model = auto_bench._Model("tiny-dit", torch.device("cpu"))
+    found = best_hand_tuned(model, {"loose": 5.0, "strict": 99.0})
+    assert "strict" not in found  # no forecast reproduces the full run to 99 dB
+    loose = found["loose"]
+    assert loose["held_out_rate"] >= 0.95 and min(loose["psnr_samples"]) >= 5.0 and len(loose["psnr_samples"]) == 3
+    cached = json.loads(next(tmp_path.glob("*.json")).read_text())["measured"]
+    probe = candidate_key(probe_config(SpecaConfig()))  # speca's probe run is a measurement, never a candidate
+    rivals = [r for k, r in cached.items() if k != probe and not r["exact"] and min(r["psnr_samples"]) >= 5.0]
+    assert loose["speedup"] == max(r["speedup"] for r in rivals) > 1.0

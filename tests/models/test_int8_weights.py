@@ -69,3 +69,19 @@ def test_a_llamagen_gpt_round_trips_in_each_storage(tmp_path, storage, file, tol
         assert q.dtype == torch.float32 and (q - p).abs().max() <= tolerance * p.abs().max() + 1e-7, name
     with pytest.raises(ValueError, match="storage='bfloat16' is not supported"):
         save_gpt(model, tmp_path, "bfloat16")
+
+
+def test_a_pipeline_folder_with_an_int8_transformer_loads_as_its_diffusers_pipeline(tmp_path):
+    from diffspec.models import load_pipeline
+    from diffspec.testing.tiny_pipelines import save_tiny_pipeline
+
+    folder = save_tiny_pipeline("tiny-flux-random", tmp_path / "flux")
+    plain = load_pipeline(folder)
+    (folder / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    save_int8(plain.transformer, folder / "transformer")
+    pipe = load_pipeline(folder)
+    assert type(pipe).__name__ == "FluxPipeline" and pipe.transformer.dtype == torch.float32
+    for name, p in plain.transformer.state_dict().items():  # every weight within a quantization step of the original
+        assert (pipe.transformer.state_dict()[name] - p).abs().max() <= 0.01 * p.abs().max() + 1e-3, name
+    pipe.save_pretrained(tmp_path / "plain")  # the documented way back to a plain diffusers folder
+    assert (tmp_path / "plain" / "transformer" / "diffusion_pytorch_model.safetensors").is_file()

@@ -25,8 +25,8 @@ def test_tokenizer_reads_every_prompt_word_and_ends_with_eos():
     assert int(lengths.max()) <= 17 and bool((ids[torch.arange(50), lengths - 1] == tok.eos_token_id).all())
 
 
-def test_a_short_run_writes_a_float32_flux_pipeline(tmp_path):
-    from diffusers import FluxPipeline
+def test_a_short_run_writes_a_float32_flux_pipeline_with_an_int8_transformer(tmp_path):
+    from diffspec.models import load_pipeline
 
     out = tmp_path / "tiny-flux"
     cmd = [sys.executable, str(ROOT / "scripts" / "train_tiny_flux.py"), "--out", str(out), "--steps", "2",
@@ -34,7 +34,9 @@ def test_a_short_run_writes_a_float32_flux_pipeline(tmp_path):
            "--data", "200", "--batch-size", "4", "--width", "32", "--double", "1", "--single", "1",
            "--record", str(tmp_path / "record.json"), "--eval-samples", "4"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-    pipe = FluxPipeline.from_pretrained(out)
+    assert {f.name for f in (out / "transformer").iterdir()} == {"config.json", "model.int8.safetensors"}
+    pipe = load_pipeline(out)
+    assert type(pipe).__name__ == "FluxPipeline"
     assert {m.dtype for m in (pipe.transformer, pipe.text_encoder, pipe.text_encoder_2, pipe.vae)} == {torch.float32}
     settings = json.loads((out / "diffspec_model.json").read_text())
     assert settings["call_defaults"]["max_sequence_length"] == MAX_SEQUENCE_LENGTH and settings["steps"] == 28

@@ -1,6 +1,7 @@
 """method="auto": the fastest diffusion method that meets a quality target, tuned on the call's prompts, cached."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -72,7 +73,7 @@ def test_balanced_picks_the_fastest_method_that_meets_the_floor_and_the_second_c
 def test_exact_never_picks_a_relaxed_method(cache):
     pipe = build_random_dit_pipeline()  # DDIM on DiT: no eta, so no exact sampler; the pipeline runs unchanged
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality="exact", samples=1)
-    with pytest.warns(UserWarning, match="no exact method speeds it up.*DDIMScheduler"):
+    with pytest.warns(UserWarning, match="quality='exact' on DiTPipeline with DDIMScheduler: no method that meets it speeds it up"):
         out = spec(**CALL, output_type="np", generator=torch.Generator().manual_seed(0))
     assert spec.choice["method"] == "none" and spec.inner is None
     plain = pipe(**CALL, output_type="np", generator=torch.Generator().manual_seed(0))
@@ -82,8 +83,15 @@ def test_exact_never_picks_a_relaxed_method(cache):
     pipe.set_progress_bar_config(disable=True)
     pipe.scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality="exact", samples=1)
-    spec(class_labels=[0], num_inference_steps=20, output_type="np")
-    assert spec.choice["method"] in ("coupling", "autospec") and spec.choice["exact"] and spec.config.exact
+    with warnings.catch_warnings(record=True) as said:  # drafts can cost more than the calls they save on a CPU
+        warnings.simplefilter("always")
+        spec(class_labels=[0], num_inference_steps=20, output_type="np")
+    if spec.choice["method"] == "none":
+        assert "made fewer calls, none ran faster on this device" in str(said[-1].message)
+    else:
+        assert spec.choice["method"] in ("coupling", "autospec") and spec.config.exact
+        assert spec.choice["measured_speedup"] > 1.0 and spec.choice["verified"]
+    assert spec.choice["exact"]
     assert all(m["exact"] for m in measured(spec.choice).values())  # no relaxed candidate was even measured
     spec.disable()
 
@@ -92,7 +100,8 @@ def test_an_unreachable_floor_gives_the_best_reachable_quality_and_speedup(cache
     pipe = build_random_dit_pipeline()
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=100, samples=1)
     with pytest.raises(ValueError, match=r"quality=100 \(100.0 dB\) is out of reach on DiTPipeline.*best reachable "
-                       r"is (taylor|speca) \(.*\): [\d.]+ dB \(worst sample [\d.]+ dB\), [\d.]+x fewer sequential transformer "
+                       r"is (taylor|speca) \(.*\): [\d.]+ dB \(worst sample [\d.]+ dB, 95% of new items above [\d.]+ dB\), "
+                           r"[\d.]+x fewer sequential transformer "
                        r"calls; pass "
                        r"quality <= [\d.]+"):
         spec(**CALL, output_type="np")
@@ -102,11 +111,11 @@ def test_an_interrupted_calibration_resumes(cache, monkeypatch):
     pipe = build_random_dit_pipeline()
     generate, runs = auto_search.Tuner._generate, []
 
-    def interrupted(self, runner):
+    def interrupted(self, runner, count=None):
         if len(runs) == 4:
             raise KeyboardInterrupt
         runs.append(runner)
-        return generate(self, runner)
+        return generate(self, runner, count)
 
     monkeypatch.setattr(auto_search.Tuner, "_generate", interrupted)
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality="fast", samples=1)
@@ -117,10 +126,10 @@ def test_an_interrupted_calibration_resumes(cache, monkeypatch):
 
     rerun = []
 
-    def spy(self, runner):
-        if isinstance(runner, SpeculativePipeline):
+    def spy(self, runner, count=None):
+        if isinstance(runner, SpeculativePipeline) and count is None:  # count: a timed check of a measured one
             rerun.append(auto_search.candidate_key(runner.config))
-        return generate(self, runner)
+        return generate(self, runner, count)
 
     monkeypatch.setattr(auto_search.Tuner, "_generate", spy)
     choice = spec.calibrate(**CALL)
@@ -166,11 +175,11 @@ def test_cli_generate_records_the_chosen_method_and_calibrate_is_its_explicit_fo
     from diffspec.cli import main
 
     args = ["--model", "tiny-dit", "--steps", "6", "--device", "cpu"]
-    assert main(["calibrate", "--method", "auto", "--quality", "fast", "--samples", "2", *args]) == 0
+    assert main(["calibrate", "--method", "auto", "--quality", "5", "--samples", "4", *args]) == 0
     said = capsys.readouterr().out
-    assert "auto (quality 'fast'): " in said and "fewer sequential transformer calls" in said
+    assert "auto (quality 5.0): " in said and "fewer sequential transformer calls" in said
     files = set(cache.glob("*.json"))
-    assert main(["generate", "--method", "auto", "--quality", "fast", "--class-labels", "circle,square",
+    assert main(["generate", "--method", "auto", "--quality", "5", "--class-labels", "circle,square",
                  "--guidance-scale", "4", "--out", str(tmp_path / "out"), *args]) == 0
     assert set(cache.glob("*.json")) == files  # the same settings: the calibration's measurements
     records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
