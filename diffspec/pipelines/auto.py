@@ -67,7 +67,11 @@ def describe_choice(result: dict[str, Any]) -> str:
         >>> describe_choice({"method": "taylor", "config": {"order": 1, "full_steps": 12}, "exact": False,
         ...                  "psnr": 36.2, "speedup": 4.17})
         'taylor (order=1, full_steps=12): 36.2 dB, 4.17x fewer sequential transformer calls'
+        >>> describe_choice({"method": "none", "config": None, "exact": True, "speedup": 1.0})
+        'none: the pipeline unchanged (no method that meets the target runs faster here)'
     """
+    if result["method"] == "none":
+        return "none: the pipeline unchanged (no method that meets the target runs faster here)"
     knobs = ", ".join(f"{k}={v}" for k, v in (result["config"] or {}).items()
                       if k in ("order", "full_steps", "tau0", "beta", "lookahead", "window", "num_draft_tokens"))
     worst, bound = result.get("psnr_min"), result.get("psnr_bound")
