@@ -251,7 +251,7 @@ def _add_bench(sub: Any) -> None:
                        "sd3-1024 | flux-1024 | wan-1.3b-512-17f on a GPU), tiny-ar (ar-image), tiny | llamagen-xl | llamagen-7b-size, "
                        "comma-separated (ar-image-cost), tiny-vlm (multimodal), tiny-vla "
                        "(multimodal-action), tiny | qwen2.5-vl-7b,llava-1.5-7b (multimodal-cost), "
-                       "tiny-dit,tiny-ar,tiny-ar-tex,tiny-ar-noisy,tiny-vlm "
+                       "tiny-dit,tiny-flux,tiny-ar,tiny-ar-tex,tiny-ar-noisy,tiny-vlm "
                        "(auto); kernels takes none. exact-diffusion also takes a FluxPipeline folder judged by prompted scenes "
                        "(tiny-flux)")
     bench.add_argument("--methods", default=None, help="comma-separated methods and peers (default: all)")

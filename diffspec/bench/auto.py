@@ -1,10 +1,10 @@
 """The ``auto`` suite: what ``method="auto"`` chooses on the shipped models, what choosing costs, and whether it holds.
 
-For every model (``tiny-dit``, the three AR image models ``tiny-ar``, ``tiny-ar-tex`` and ``tiny-ar-noisy``,
+For every model (the diffusion models ``tiny-dit`` and ``tiny-flux``, the three AR image models ``tiny-ar``, ``tiny-ar-tex`` and ``tiny-ar-noisy``,
 ``tiny-vlm``) and quality preset, from an empty cache: the choice, its
 calibration cost in seconds (the first ``calibrate`` call, everything measured) and after how many items it pays for
 itself (``calibration_s / (plain - chosen seconds per item)``), the share of ``HELD_OUT`` items (seeds, labels or scenes
-not used for tuning) that meet the preset (``tiny-dit``: PSNR against full compute at the floor; AR image: exact
+not used for tuning) that meet the preset (diffusion: PSNR against full compute at the floor; AR image: exact
 methods, or ``gsd`` whose TV cap holds by construction; ``tiny-vlm``: greedy output identical to plain), and its
 wall-clock speedup next to the hand-tuned arms, all timed in the same process, interleaved (median of ``repeats``),
 and its speed over the best hand-tuned arm at the preset's quality (``speed_vs_best_hand_tuned``, see
@@ -33,15 +33,17 @@ from ..pipelines.auto_search import HOLD_RATE, Tuner
 from .report_readers import table
 from .timing import machine_info
 
+DIFFUSION_MODELS = ("tiny-dit", "tiny-flux")
 AR_MODELS = ("tiny-ar", "tiny-ar-tex", "tiny-ar-noisy")
-MODELS = ("tiny-dit", *AR_MODELS, "tiny-vlm")
+MODELS = (*DIFFUSION_MODELS, *AR_MODELS, "tiny-vlm")
 AR_ARMS = {f"{m} w{w}": {"method": m, "window": w} for m in ("sjd", "mc-sjd") for w in (8, 16, 32, 64)}
-PRESETS = {"tiny-dit": ("balanced", "fast"), **{m: ("exact", "fast") for m in AR_MODELS}, "tiny-vlm": ("balanced",)}
-HAND_TUNED = {"tiny-dit": {"taylor": {"method": "taylor"}, "speca": {"method": "speca"}},
+PRESETS = {**{m: ("balanced", "fast") for m in DIFFUSION_MODELS}, **{m: ("exact", "fast") for m in AR_MODELS},
+           "tiny-vlm": ("balanced",)}
+HAND_TUNED = {**{m: {"taylor": {"method": "taylor"}, "speca": {"method": "speca"}} for m in DIFFUSION_MODELS},
               **{m: AR_ARMS for m in AR_MODELS},
               "tiny-vlm": {f"draft k={k}": {"method": "draft", "num_draft_tokens": k} for k in (5, 8, 12)}}
 """Each model's hand-set arms (defaults: ``taylor``, ``speca``; ``sjd`` window 16, ``mc-sjd`` 64, ``draft`` k = 5).
-On ``tiny-dit`` each preset also gets its best hand-tuned arm (:func:`best_hand_tuned`), found on the held-out items
+On the diffusion models each preset also gets its best hand-tuned arm (:func:`best_hand_tuned`), found on the held-out items
 themselves; AR image and multimodal arms are exact, so every one of them is at equal quality."""
 KNOBS = ("window", "num_draft_tokens", "full_steps", "order", "tau0", "max_tv", "draft_layers")
 """The knobs a table row and a verified candidate show."""
@@ -51,7 +53,8 @@ TIMED = 16
 """Items each arm is timed over (one call each)."""
 HELD_OUT = 100
 """Items after the calibration call's, judged against the preset."""
-DIT_STEPS = 50  # the tiny-dit sampler's default (DDIM, 50 steps)
+DIT_STEPS = 50
+"""Steps of a diffusion model whose folder names none (``tiny-dit``: its DDIM sampler's 50; ``tiny-flux``: 28)."""
 
 
 class _Model:
@@ -59,12 +62,17 @@ class _Model:
 
     def __init__(self, name: str, device: torch.device) -> None:
         self.name, self.device = name, device
-        if name == "tiny-dit":
+        if name in DIFFUSION_MODELS:
             from ..models import load_pipeline
+            from ..models.dit import call_defaults, model_settings
+            from .dit_cache_workloads import judged_prompts
 
-            self.target = load_pipeline("tiny-dit", device=device)
+            self.target = load_pipeline(name, device=device)
             self.target.set_progress_bar_config(disable=True)
-            self.call = {"class_labels": list(range(ITEMS)), "num_inference_steps": DIT_STEPS}
+            steps = model_settings(self.target).get("steps", DIT_STEPS)
+            self.options = {"num_inference_steps": steps, **call_defaults(self.target)}
+            self.prompts = judged_prompts(ITEMS + HELD_OUT) if name == "tiny-flux" else None
+            self.call = {**self.condition(0, ITEMS), **self.options}
         elif name in AR_MODELS:
             from ..models import load_ar_target
 
@@ -81,6 +89,12 @@ class _Model:
             self.rows = [{k: v[i:i + 1] for k, v in inputs.items()} for i in range(len(scenes))]
             self.options = {"max_new_tokens": MAX_CAPTION_TOKENS, "do_sample": False}
             self.call = {k: v[:ITEMS] for k, v in inputs.items()} | self.options
+
+    def condition(self, start: int, count: int = 1) -> dict[str, list[Any]]:
+        """A diffusion model's conditions of items ``start`` on: class labels ``i % 10`` or held-out prompt ``i``."""
+        if self.prompts is not None:
+            return {"prompt": self.prompts[start:start + count]}
+        return {"class_labels": [i % 10 for i in range(start, start + count)]}
 
     def wrap(self, method: str, **overrides: Any) -> Any:
         extra = {"draft": self.drafter} if self.name == "tiny-vlm" and method in ("auto", "draft") else {}
@@ -101,15 +115,15 @@ class _Model:
         if wrapped:
             runner.enable()
         try:
-            return runner(class_labels=[i % 10], generator=torch.Generator(self.device).manual_seed(i),
-                          num_inference_steps=DIT_STEPS, output_type="np")
+            return runner(**self.condition(i), **self.options, generator=torch.Generator(self.device).manual_seed(i),
+                          output_type="np")
         finally:
             if wrapped:
                 runner.disable()
 
     def plain(self, spec: Any) -> Callable[..., Any]:
         """The full-compute runner next to ``spec``."""
-        if self.name == "tiny-dit":
+        if self.name in DIFFUSION_MODELS:
             return self.target
         return getattr(spec, "run_unchanged", None) or spec.plain
 
@@ -132,8 +146,8 @@ def best_hand_tuned(model: _Model, floors: dict[str, float]) -> dict[str, dict[s
     """Per preset, the fewest-calls candidate of ``auto``'s own grid that meets the preset's floor on at least
     :data:`~diffspec.pipelines.auto_search.HOLD_RATE` of the held-out items, every candidate measured on those items
     (an oracle: tuned on the data it is judged on, the best a user sweeping knobs by hand could pick)."""
-    held_out = [{"class_labels": [i % 10], "num_inference_steps": DIT_STEPS} for i in range(ITEMS, ITEMS + HELD_OUT)]
-    cache = AutoCache.for_settings(model_fingerprint(model.target), {"oracle": "held-out", "steps": DIT_STEPS})
+    held_out = [{**model.condition(i), **model.options} for i in range(ITEMS, ITEMS + HELD_OUT)]
+    cache = AutoCache.for_settings(model_fingerprint(model.target), {"oracle": "held-out", **model.options})
     results = Tuner(model.target, held_out, cache, floor=-math.inf, show_progress=False, seed=ITEMS).search()
     best = {}
     for preset, floor in floors.items():
@@ -158,16 +172,17 @@ def _bench_model(name: str, device: torch.device, repeats: int, show_progress: b
         with torch.inference_mode():
             choice = spec.calibrate(**model.call)
         autos[preset] = (spec, choice, time.perf_counter() - start)
-        if name == "tiny-dit":
+        if name in DIFFUSION_MODELS:
             spec.disable()
     configs = dict(HAND_TUNED[name])
-    oracle = best_hand_tuned(model, {p: c["floor"] for p, (_, c, _) in autos.items()}) if name == "tiny-dit" else {}
+    floors = {p: c["floor"] for p, (_, c, _) in autos.items()}
+    oracle = best_hand_tuned(model, floors) if name in DIFFUSION_MODELS else {}
     for preset, found in oracle.items():
         configs[f"best hand-tuned ({preset})"] = dict(found["config"])
     hand = {}
     for arm, cfg in configs.items():
         hand[arm] = model.wrap(**cfg)
-        if name == "tiny-dit":
+        if name in DIFFUSION_MODELS:
             hand[arm].disable()
     first = next(iter(autos.values()))[0]
     arms = {"baseline": _items(model, model.plain(first)), **{a: _items(model, s) for a, s in hand.items()},
@@ -178,6 +193,8 @@ def _bench_model(name: str, device: torch.device, repeats: int, show_progress: b
     for arm, seconds in per_item.items():
         run: dict[str, Any] = {"model": name, "method": arm, "peer": False, "per_item_s": {"median": round(seconds, 5),
                                "n": repeats}, "speedup_vs_baseline": round(per_item["baseline"] / seconds, 3)}
+        if name in DIFFUSION_MODELS:
+            run["call"] = model.options
         if arm in hand:
             run["config"] = hand[arm].config.to_dict()
         if arm.startswith("best hand-tuned"):
@@ -210,9 +227,9 @@ def _knobs(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _best_rival(name: str, preset: str, per_item: dict[str, float]) -> str | None:
-    """The fastest hand-tuned arm at the preset's quality: on ``tiny-dit`` its oracle arm (None when no hand-tuned
+    """The fastest hand-tuned arm at the preset's quality: on a diffusion model its oracle arm (None when no hand-tuned
     setting meets the floor on the held-out items), else the fastest arm of :data:`HAND_TUNED` (all exact)."""
-    if name == "tiny-dit":
+    if name in DIFFUSION_MODELS:
         arm = f"best hand-tuned ({preset})"
         return arm if arm in per_item else None
     return min(HAND_TUNED[name], key=per_item.__getitem__)
@@ -243,7 +260,7 @@ def run_auto(model: str | None = None, *, device: str | None = None, repeats: in
         else:
             os.environ[CACHE_ENV] = before
     return {"suite": "auto", "machine": machine_info(dev), "model": {"name": ",".join(names), "weights": "trained"},
-            "workload": {"items": ITEMS, "timed_items": TIMED, "held_out": HELD_OUT, "dit_steps": DIT_STEPS, "repeats": repeats,
+            "workload": {"items": ITEMS, "timed_items": TIMED, "held_out": HELD_OUT, "repeats": repeats,
                          "presets": {m: list(PRESETS[m]) for m in names}},
             "runs": runs,
             "notes": ["per_item_s.median: seconds per item (one image or caption per call), every arm of a model "
@@ -251,11 +268,11 @@ def run_auto(model: str | None = None, *, device: str | None = None, repeats: in
                       "auto.calibration_s: the preset's first calibrate call (cost curve, every candidate, the check "
                       "run), the model's first preset from an empty cache, later presets reusing what it measured; "
                       "pays_off_after_items: calibration_s over the seconds saved per item.",
-                      "auto.held_out_rate: items not used for tuning that meet the preset (tiny-dit: PSNR at the "
+                      "auto.held_out_rate: items not used for tuning that meet the preset (diffusion: PSNR at the "
                       "floor; tiny-ar: exact, or gsd's TV cap, which holds by construction; tiny-vlm: greedy "
                       "captions identical to plain).",
                       "auto.speed_vs_best_hand_tuned: the auto arm's speed over the best hand-tuned arm at its "
-                      "quality (best_hand_tuned): on tiny-dit the fewest-calls setting of auto's own grid meeting the "
+                      "quality (best_hand_tuned): on a diffusion model the fewest-calls setting of auto's own grid meeting the "
                       "floor on at least 95% of the held-out items, chosen on those items (an oracle); AR image and "
                       "tiny-vlm: the fastest hand-set arm timed here (all exact)."]}
 
