@@ -29,6 +29,7 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
 
 SHIPPED_MODELS: dict[str, Path] = {
     "tiny-dit": WEIGHTS / "tiny-dit",  # class-conditional DiTPipeline on diffspec.data shapes, 32x32
+    "tiny-flux": WEIGHTS / "tiny-flux",  # text-to-image FluxPipeline on prompted scenes, 32x32 (int8 transformer)
     "tiny-ar": WEIGHTS / "tiny-ar",  # class-conditional LlamaGen GPT + patch k-means VQ on shapes, 8x8 tokens
     "tiny-ar-tex": WEIGHTS / "tiny-ar-tex",  # the same on textured backgrounds: less peaked (classifier shapes-tex)
     "tiny-ar-noisy": WEIGHTS / "tiny-ar-noisy",  # textured + strong pixel noise: flat laws like published models'

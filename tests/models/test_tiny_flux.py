@@ -14,8 +14,9 @@ from diffspec.models.dit import call_defaults
 from diffspec.models.scene_judge import prompt_scores
 
 PROMPTS = 48
-MIN_PROMPT_ACCURACY = 0.5
-"""Below its measured 1000-prompt accuracy (scripts/runs/tiny_flux.json) by more than 5 standard errors of 48."""
+MIN_PROMPT_ACCURACY = 0.4
+"""These 48 seeded prompts score 0.50 (1000 prompts: 0.619, scripts/runs/tiny_flux.json); an untrained model, or one
+whose weights load wrong, scores near 0 (the first attempt, on a VAE that could not hold the scenes: 0.10)."""
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_tiny_flux_draws_what_it_is_asked(pipe):
     with torch.inference_mode():
         scores = prompt_scores(_generate(pipe, prompts), prompts)
     assert scores["prompt_accuracy"] >= MIN_PROMPT_ACCURACY, scores
-    assert scores["count_accuracy"] >= 0.8 and scores["colour_accuracy"] >= 0.6, scores
+    assert scores["count_accuracy"] >= 0.85 and scores["colour_accuracy"] >= 0.5, scores
 
 
 def test_taylor_on_tiny_flux_stays_close_to_full_compute(pipe):
