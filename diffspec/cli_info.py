@@ -24,9 +24,9 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _classes(names: list[str] | None) -> str:
+def _classes(names: list[str] | None, components: dict[str, str] | None = None) -> str:
     if not names:
-        return "-"
+        return "text prompts" if "text_encoder" in (components or {}) else "-"
     if all(n.isdigit() for n in names):
         return f"ids {names[0]}-{names[-1]}"
     return ", ".join(names)
@@ -65,7 +65,7 @@ def format_info(data: dict[str, Any]) -> str:
     keys = ("diffspec", "python", "torch", "diffusers", "transformers", "cuda")
     head = table([[k, str(data[k])] for k in keys] + [["devices", ", ".join(data["devices"])]])
     models = table([["name", "family", "model", "classes"]]
-                   + [[name, m["family"] or "-", m["model"] or "-", _classes(m["classes"])] if m["present"]
+                   + [[name, m["family"] or "-", m["model"] or "-", _classes(m["classes"], m["components"])] if m["present"]
                       else [name, "missing", "-", "-"]
                       for name, m in data["models"].items()], indent="  ")
     classifiers = table([[name, path] for name, path in data["reference_classifiers"].items()], indent="  ")

@@ -119,7 +119,9 @@ def test_info_aligns_its_columns_and_names_each_models_classes(capsys):
     out = capsys.readouterr().out
     models, methods = _section(out, "models"), _section(out, "methods")
     assert [row.split()[0] for row in models] == ["name", *SHIPPED_MODELS]
-    assert "circle, square, triangle" in models[1] and "DiTPipeline" in models[1] and "ids 0-9" in models[2]
+    rows = {row.split()[0]: row for row in models[1:]}
+    assert "circle, square, triangle" in rows["tiny-dit"] and "DiTPipeline" in rows["tiny-dit"]
+    assert "ids 0-9" in rows["tiny-ar"] and "FluxPipeline" in rows["tiny-flux"] and "text prompts" in rows["tiny-flux"]
     for table in (models, methods):  # each column starts where its header does, in every row
         header = table[0]
         starts = [m.start() for m in re.finditer(r"(?<=  )\S", header)]
