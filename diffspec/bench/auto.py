@@ -1,10 +1,10 @@
 """The ``auto`` suite: what ``method="auto"`` chooses on the shipped models, what choosing costs, and whether it holds.
 
-For every model (the diffusion models ``tiny-dit`` and ``tiny-flux``, the three AR image models ``tiny-ar``, ``tiny-ar-tex`` and ``tiny-ar-noisy``,
-``tiny-vlm``) and quality preset, from an empty cache: the choice, its
+For every model (the diffusion models ``tiny-dit`` and ``tiny-flux``, the AR image models ``tiny-ar``,
+``tiny-ar-tex`` and ``tiny-ar-noisy``, ``tiny-vlm``) and quality preset, from an empty cache: the choice, its
 calibration cost in seconds (the first ``calibrate`` call, everything measured) and after how many items it pays for
-itself (``calibration_s / (plain - chosen seconds per item)``), the share of ``HELD_OUT`` items (seeds, labels or scenes
-not used for tuning) that meet the preset (diffusion: PSNR against full compute at the floor; AR image: exact
+itself (``calibration_s / (plain - chosen seconds per item)``), the share of ``HELD_OUT`` items (seeds, labels or
+scenes not used for tuning) that meet the preset (diffusion: PSNR against full compute at the floor; AR image: exact
 methods, or ``gsd`` whose TV cap holds by construction; ``tiny-vlm``: greedy output identical to plain), and its
 wall-clock speedup next to the hand-tuned arms, all timed in the same process, interleaved (median of ``repeats``),
 and its speed over the best hand-tuned arm at the preset's quality (``speed_vs_best_hand_tuned``, see
@@ -43,8 +43,8 @@ HAND_TUNED = {**{m: {"taylor": {"method": "taylor"}, "speca": {"method": "speca"
               **{m: AR_ARMS for m in AR_MODELS},
               "tiny-vlm": {f"draft k={k}": {"method": "draft", "num_draft_tokens": k} for k in (5, 8, 12)}}
 """Each model's hand-set arms (defaults: ``taylor``, ``speca``; ``sjd`` window 16, ``mc-sjd`` 64, ``draft`` k = 5).
-On the diffusion models each preset also gets its best hand-tuned arm (:func:`best_hand_tuned`), found on the held-out items
-themselves; AR image and multimodal arms are exact, so every one of them is at equal quality."""
+On the diffusion models each preset also gets its best hand-tuned arm (:func:`best_hand_tuned`), found on the
+held-out items themselves; AR image and multimodal arms are exact, so every one of them is at equal quality."""
 KNOBS = ("window", "num_draft_tokens", "full_steps", "order", "tau0", "max_tv", "draft_layers")
 """The knobs a table row and a verified candidate show."""
 ITEMS = 4
@@ -215,7 +215,8 @@ def _bench_model(name: str, device: torch.device, repeats: int, show_progress: b
                 "held_out_rate": round(rate, 3), "held_out_items": HELD_OUT,
                 "expected_speedup": choice["speedup"], "calibration_measured_speedup": choice.get("measured_speedup"),
                 "calibration_verified": [{**_knobs(v["config"]), "speedup": v["speedup"],
-                                          "measured_speedup": v["measured_speedup"]} for v in choice.get("verified", [])],
+                                          "measured_speedup": v["measured_speedup"]}
+                                         for v in choice.get("verified", [])],
                 "calibration_psnr": choice.get("psnr")}})
         runs.append(run)
     return runs
@@ -272,9 +273,9 @@ def run_auto(model: str | None = None, *, device: str | None = None, repeats: in
                       "floor; tiny-ar: exact, or gsd's TV cap, which holds by construction; tiny-vlm: greedy "
                       "captions identical to plain).",
                       "auto.speed_vs_best_hand_tuned: the auto arm's speed over the best hand-tuned arm at its "
-                      "quality (best_hand_tuned): on a diffusion model the fewest-calls setting of auto's own grid meeting the "
-                      "floor on at least 95% of the held-out items, chosen on those items (an oracle); AR image and "
-                      "tiny-vlm: the fastest hand-set arm timed here (all exact)."]}
+                      "quality (best_hand_tuned): on a diffusion model the fewest-calls setting of auto's own grid "
+                      "meeting the floor on at least 95% of the held-out items, chosen on those items (an oracle); "
+                      "AR image and tiny-vlm: the fastest hand-set arm timed here (all exact)."]}
 
 
 def auto_table(doc: dict[str, Any]) -> str:

@@ -4,8 +4,9 @@ The folder is ``$DIFFSPEC_CACHE`` when set, else ``auto/`` in the user's cache f
 ``~/.cache/diffspec`` on Linux, ``~/Library/Caches/diffspec`` on macOS). A file is named by a hash of the
 model's fingerprint (:func:`model_fingerprint`: pipeline and transformer classes, the transformer's config and a
 few of its weights) and the settings that change the result (:func:`call_settings`: resolution, frames, steps,
-guidance, scheduler class and config) and the measurement :data:`FORMAT`. Each measured candidate is written as soon as it is measured, under a file
-lock, so an interrupted calibration resumes where it stopped and a second run measures nothing.
+guidance, scheduler class and config) and the measurement :data:`FORMAT`. Each measured candidate is written as
+soon as it is measured, under a file lock, so an interrupted calibration resumes where it stopped and a second run
+measures nothing.
 
 Example:
     >>> cache = AutoCache.for_call(pipe, {"num_inference_steps": 20})  # doctest: +SKIP

@@ -67,9 +67,9 @@ CALIBRATION_SEED = 5000
 """Sample ``i`` of a calibration uses seed ``CALIBRATION_SEED + i``."""
 
 
-def candidate_key(config: MethodConfig) -> str:
-    """The cache key of a candidate: its config as sorted JSON."""
-    return json.dumps(config.to_dict(), sort_keys=True, default=list)
+def candidate_key(config: MethodConfig | dict[str, Any]) -> str:
+    """The cache key of a candidate: its config (or its config's dict) as sorted JSON."""
+    return json.dumps(config if isinstance(config, dict) else config.to_dict(), sort_keys=True, default=list)
 
 
 def taylor_ladder(steps: int, order: int) -> list[ForecastConfig]:
@@ -159,7 +159,7 @@ class Tuner:
     def verify(self, result: dict[str, Any]) -> float:
         """The wall-clock speedup of a measured candidate against the plain pipeline on the first
         :data:`VERIFY_SAMPLES` samples (interleaved, median of :data:`VERIFY_REPEATS`; cached)."""
-        name = f"verified {json.dumps(result['config'], sort_keys=True, default=list)}"
+        name = f"verified {candidate_key(result['config'])}"
         if (known := self.cache.note(name)) is None:
             config = dict(result["config"])
             runner = SpeculativePipeline.from_pipe(self.pipe, method=config.pop("method"), **config)

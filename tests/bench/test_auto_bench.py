@@ -16,7 +16,8 @@ from diffspec.pipelines.auto_search import candidate_key
 
 def test_unknown_models_are_refused():
     assert SUITES["auto"] is run_auto
-    with pytest.raises(ValueError, match="auto: unknown model.*tiny-x; choose from tiny-dit, tiny-flux, tiny-ar, tiny-ar-tex, tiny-ar-noisy, tiny-vlm"):
+    with pytest.raises(ValueError, match="auto: unknown model.*tiny-x; choose from tiny-dit, tiny-flux, tiny-ar, "
+                       "tiny-ar-tex, tiny-ar-noisy, tiny-vlm"):
         run_auto("tiny-ar,tiny-x")
 
 

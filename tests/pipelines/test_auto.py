@@ -73,7 +73,8 @@ def test_balanced_picks_the_fastest_method_that_meets_the_floor_and_the_second_c
 def test_exact_never_picks_a_relaxed_method(cache):
     pipe = build_random_dit_pipeline()  # DDIM on DiT: no eta, so no exact sampler; the pipeline runs unchanged
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality="exact", samples=1)
-    with pytest.warns(UserWarning, match="quality='exact' on DiTPipeline with DDIMScheduler: no method that meets it speeds it up"):
+    with pytest.warns(UserWarning, match="quality='exact' on DiTPipeline with DDIMScheduler: no method that meets it "
+                      "speeds it up"):
         out = spec(**CALL, output_type="np", generator=torch.Generator().manual_seed(0))
     assert spec.choice["method"] == "none" and spec.inner is None
     plain = pipe(**CALL, output_type="np", generator=torch.Generator().manual_seed(0))
@@ -100,9 +101,8 @@ def test_an_unreachable_floor_gives_the_best_reachable_quality_and_speedup(cache
     pipe = build_random_dit_pipeline()
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=100, samples=1)
     with pytest.raises(ValueError, match=r"quality=100 \(100.0 dB\) is out of reach on DiTPipeline.*best reachable "
-                       r"is (taylor|speca) \(.*\): [\d.]+ dB \(worst sample [\d.]+ dB, 95% of new items above [\d.]+ dB\), "
-                           r"[\d.]+x fewer sequential transformer "
-                       r"calls; pass "
+                       r"is (taylor|speca) \(.*\): [\d.]+ dB \(worst sample [\d.]+ dB, "
+                       r"95% of new items above [\d.]+ dB\), [\d.]+x fewer sequential transformer calls; pass "
                        r"quality <= [\d.]+"):
         spec(**CALL, output_type="np")
 
