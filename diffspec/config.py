@@ -377,7 +377,8 @@ class AutoConfig(MethodConfig):
     Args:
         quality: a preset of :data:`QUALITY_PRESETS` (``"exact"``: exact methods only; ``"high"``, ``"balanced"``,
             ``"fast"``: a PSNR floor) or a PSNR floor in dB, in ``(0, 100]``.
-        samples: generations the candidates are measured on (the call's first prompts or labels, seeds 5000 on).
+        samples: generations the candidates are measured on (the call's first prompts or labels in turn, seeds 5000
+            on); distinct prompts make the quality bound tighter than repeated ones.
 
     Example:
         >>> AutoConfig(quality="balanced").floor
@@ -391,7 +392,7 @@ class AutoConfig(MethodConfig):
     exact: ClassVar[bool] = False
 
     quality: str | float = "balanced"
-    samples: int = 8
+    samples: int = 16
 
     def __post_init__(self) -> None:
         if isinstance(self.quality, str):

@@ -73,19 +73,29 @@ def student_t_quantile(p: float, df: int) -> float:
     return z + sum(g / df ** (i + 1) for i, g in enumerate(terms))
 
 
-def lower_prediction_bound(values: Sequence[float], coverage: float = 0.95) -> float:
+def lower_prediction_bound(values: Sequence[float], coverage: float = 0.95, independent: int | None = None) -> float:
     """A value a new draw falls below with probability ``1 - coverage``, from ``values`` drawn alike (normal
     prediction interval: ``mean - t * sd * sqrt(1 + 1/n)``), never above their minimum; one value is its own bound.
+
+    ``independent``: how many independent draws the values hold when some share a cause (samples of the same
+    prompt at different seeds: the number of distinct prompts). ``n`` and the degrees of freedom of ``t`` are then
+    that many (at least 2), so a few prompts seen at many seeds are not mistaken for many prompts.
 
     Example:
         >>> round(lower_prediction_bound([40.0, 41.0, 42.0, 43.0]), 2)
         38.1
+        >>> round(lower_prediction_bound([40.0, 41.0, 42.0, 43.0], independent=2), 2)
+        31.52
     """
     if not values:
         raise ValueError("lower_prediction_bound: no values")
     n = len(values)
     if n == 1:
         return float(values[0])
+    if independent is not None:
+        if independent < 1:
+            raise ValueError(f"lower_prediction_bound: independent={independent} must be at least 1")
+        n = max(2, min(n, independent))
     bound = fmean(values) - student_t_quantile(coverage, n - 1) * stdev(values) * math.sqrt(1 + 1 / n)
     return float(min(bound, min(values)))
 

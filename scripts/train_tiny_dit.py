@@ -85,6 +85,14 @@ def learning_rate(step: int, peak: float, warmup: int, total: int, schedule: str
     return round(peak * 0.5 * (1 + math.cos(math.pi * progress)), 12)
 
 
+def sample_timesteps(n: int, law: str, generator: torch.Generator, device: str) -> torch.Tensor:
+    """Training timesteps in [0, 1000): ``"uniform"`` or ``"logit-normal"`` (sigmoid of a standard normal, scaled)."""
+    if law == "uniform":
+        return torch.randint(0, 1000, (n,), generator=generator, device=device)
+    u = torch.sigmoid(torch.randn(n, generator=generator, device=device))
+    return (u * 1000).long().clamp(0, 999)
+
+
 def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Tensor,
           args: argparse.Namespace) -> tuple[DiTTransformer2DModel, dict]:
     """Epsilon-prediction training with label dropout and an EMA copy; returns the EMA model and the run's figures."""
@@ -104,10 +112,11 @@ def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Ten
         idx = torch.randint(0, len(latents), (args.batch_size,), generator=g, device=args.device)
         x0, y = latents[idx], labels[idx].clone()
         y[torch.rand(len(y), generator=g, device=args.device) < args.label_dropout] = NULL_CLASS
-        t = torch.randint(0, 1000, (len(x0),), generator=g, device=args.device)
+        t = sample_timesteps(len(x0), args.timesteps, g, args.device)
         noise = torch.randn(x0.shape, generator=g, device=args.device)
         pred = model(noise_sched.add_noise(x0, noise, t), timestep=t, class_labels=y).sample
-        loss = (weight[t] * (pred - noise).pow(2).mean(dim=(1, 2, 3))).mean()  # min-SNR weights (1 when off)
+        target = noise_sched.get_velocity(x0, noise, t) if args.prediction == "v_prediction" else noise
+        loss = (weight[t] * (pred - target).pow(2).mean(dim=(1, 2, 3))).mean()  # min-SNR weights (1 when off)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -193,6 +202,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--record", type=Path, default=RECORD)
     p.add_argument("--min-snr", type=float, default=0.0,
                    help="min-SNR-gamma loss weights min(SNR, gamma)/SNR (0: plain epsilon MSE, the shipped runs)")
+    p.add_argument("--prediction", choices=("epsilon", "v_prediction"), default="epsilon",
+                   help="what the transformer predicts (the scheduler is saved with the same prediction_type)")
+    p.add_argument("--timesteps", choices=("uniform", "logit-normal"), default="uniform",
+                   help="law of the training timesteps")
     p.add_argument("--device", default="cpu", help="where to train (cuda on a GPU machine)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: more threads than free cores slow training down sharply)")
@@ -212,7 +225,7 @@ def main() -> None:
     ema, run = train(model.to(args.device), latents, labels, args)
     ema = ema.cpu()
     scheduler = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02,
-                              clip_sample=False, set_alpha_to_one=False)
+                              clip_sample=False, set_alpha_to_one=False, prediction_type=args.prediction)
     # stored in fp16 to keep the shipped file small; diffusers loads it back as float32 by default
     pipe = DiTPipeline(transformer=ema.half(), vae=vae, scheduler=scheduler, id2label=dict(enumerate(SHAPE_CLASSES)))
     save_dit_pipeline(pipe, args.out, SHAPE_CLASSES)  # class names kept in model_index.json
@@ -221,7 +234,8 @@ def main() -> None:
                 "lr": args.lr, "lr_schedule": f"linear warm-up {args.warmup} steps, cosine to 0 at {args.steps}"
                 if args.schedule == "cosine" else f"linear warm-up {args.warmup} steps, then constant",
                 "ema": args.ema, "label_dropout": args.label_dropout, "layers": args.layers, "heads": args.heads,
-                "head_dim": args.head_dim, "min_snr": args.min_snr, "device": args.device,
+                "head_dim": args.head_dim, "min_snr": args.min_snr, "prediction": args.prediction,
+                "timesteps": args.timesteps, "device": args.device,
                 "params": sum(p.numel() for p in ema.parameters()), "stored_dtype": "float16"})
     if copied:
         run["init_blocks"] = f"{copied} blocks from {args.init}, {args.layers - copied} new as identities"

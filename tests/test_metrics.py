@@ -68,3 +68,17 @@ def test_lower_prediction_bound_covers_new_draws_at_its_rate():
         lower_prediction_bound([])
     with pytest.raises(ValueError, match="p=0.2"):
         student_t_quantile(0.2, 3)
+
+
+def test_lower_prediction_bound_counts_shared_prompts_once():
+    """8 samples from 4 prompts (2 seeds each; prompts vary 4x more than seeds): counted as 8 independent draws the
+    bound misses a new prompt far more often than 5%; counted as 4 it holds its rate."""
+    gen = torch.Generator().manual_seed(1)
+    prompts = torch.randn(4000, 5, generator=gen, dtype=torch.float64) * 2 + 40
+    seeds = torch.randn(4000, 8, generator=gen, dtype=torch.float64) * 0.5
+    seen, new = prompts[:, :4].repeat_interleave(2, dim=1) + seeds, prompts[:, 4]
+    naive = sum(float(n) < lower_prediction_bound(row.tolist()) for row, n in zip(seen, new)) / len(new)
+    grouped = sum(float(n) < lower_prediction_bound(row.tolist(), independent=4) for row, n in zip(seen, new)) / len(new)
+    assert naive > 0.08 and grouped < 0.065
+    with pytest.raises(ValueError, match="independent=0"):
+        lower_prediction_bound([40.0, 41.0], independent=0)

@@ -47,8 +47,9 @@ On the diffusion models each preset also gets its best hand-tuned arm (:func:`be
 held-out items themselves; AR image and multimodal arms are exact, so every one of them is at equal quality."""
 KNOBS = ("window", "num_draft_tokens", "full_steps", "order", "tau0", "max_tv", "draft_layers")
 """The knobs a table row and a verified candidate show."""
-ITEMS = 4
-"""Class labels (or scenes) of the call ``auto`` calibrates on."""
+ITEMS = 16
+"""Class labels (``i % 10``), prompts or scenes of the call ``auto`` calibrates on: as many as
+``AutoConfig.samples``, so each calibration sample has its own prompt (the labels repeat after ten)."""
 TIMED = 16
 """Items each arm is timed over (one call each)."""
 HELD_OUT = 100
@@ -77,7 +78,7 @@ class _Model:
             from ..models import load_ar_target
 
             self.target = load_ar_target(name, device=device)
-            self.call = {"class_labels": list(range(ITEMS))}
+            self.call = {"class_labels": [i % 10 for i in range(ITEMS)]}
         else:
             from ..data import render_scenes
             from ..models.tiny_vlm import MAX_CAPTION_TOKENS, caption_inputs, load_tiny_vlm

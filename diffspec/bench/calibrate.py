@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..config import SpecaConfig, check_choice, check_float, check_int
+from ..config import AutoConfig, SpecaConfig, check_choice, check_float, check_int
 from ..forecast.blocks import find_block_lists
 from ..forecast.calibrate import Generate, calibrate_speca, save_calibration
 from ..forecast.modules import check_module_support
@@ -135,7 +135,8 @@ def speca_generator(workload: Workload, seeds: list[int]) -> Generate:
     return generate
 
 
-def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced", steps: int = 50, samples: int = 4,
+def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced", steps: int = 50,
+                   samples: int = AutoConfig.samples,
                    guidance_scale: float | None = None, prompts: Sequence[str] | None = None,
                    call_kwargs: dict[str, Any] | None = None, scheduler: type | None = None, device: str | None = None,
                    dtype: str = "float32") -> dict[str, Any]:
@@ -144,9 +145,10 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
 
     Args:
         model: a shipped name or local diffusers pipeline folder, or an AR image model (``tiny-ar``: calibrated on
-            its first ``samples`` classes; ``steps``, ``prompts``, ``call_kwargs`` and ``scheduler`` do not apply).
-        prompts: a text-conditioned pipeline's calibration prompts (default: eight varied ones); a
-            class-conditional pipeline is calibrated on its first ``samples`` classes.
+            its classes in turn; ``steps``, ``prompts``, ``call_kwargs`` and ``scheduler`` do not apply).
+        samples: calibration samples (default ``AutoConfig.samples``), each with the next prompt or class in turn.
+        prompts: a text-conditioned pipeline's calibration prompts (default: eight varied ones, or the judged
+            prompts of a shipped text-to-image model); a class-conditional pipeline is calibrated on its classes.
         call_kwargs: more call arguments (``height``, ``width``, ``num_frames``): calibrate at the size you generate.
         scheduler: a diffusers scheduler class to swap in (e.g. ``DDPMScheduler``, which the exact methods need).
 
@@ -170,7 +172,8 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
     if guidance_scale is not None:
         call["guidance_scale"] = guidance_scale
     if "class_labels" in inspect.signature(pipe.__call__).parameters:
-        call["class_labels"] = list(range(samples))
+        classes = len(getattr(pipe, "labels", None) or {}) or 1000
+        call["class_labels"] = [i % classes for i in range(samples)]
     else:
         judged = model_settings(pipe).get("judge")
         call["prompt"] = list(prompts or (judged_prompts(samples) if judged else DEFAULT_PROMPTS))
@@ -189,4 +192,5 @@ def _calibrate_auto_ar(model: str, quality: str | float, samples: int, guidance_
 
     target = load_ar_target(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     spec = SpeculativePipeline.from_pipe(target, method="auto", quality=quality, samples=samples)
-    return spec.calibrate(class_labels=list(range(samples)), guidance_scale=guidance_scale)
+    classes = int(target.model.config.num_classes)
+    return spec.calibrate(class_labels=[i % classes for i in range(samples)], guidance_scale=guidance_scale)

@@ -27,7 +27,7 @@ from filelock import FileLock
 CACHE_ENV = "DIFFSPEC_CACHE"
 """Environment variable overriding the cache folder."""
 
-FORMAT = 2
+FORMAT = 3
 """The measurement format: part of every file name, so measurements of an older format are measured again."""
 
 SETTINGS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale", "eta")

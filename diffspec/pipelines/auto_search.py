@@ -11,7 +11,9 @@ Candidates, per method (each is one generation of the calibration samples):
 
 A relaxed candidate's quality is its PSNR against the full-compute output of the same seeds, per sample: it meets
 the floor when a new item would, with 95% confidence: the lower 95% prediction bound of the per-sample PSNRs
-(:func:`~diffspec.metrics.lower_prediction_bound`, never above the worst sample) is at the floor. The mean and the
+(:func:`~diffspec.metrics.lower_prediction_bound`, never above the worst sample) is at the floor. The bound counts
+the distinct prompts (or labels) as the independent draws, not the samples: a new item is a new prompt, and samples
+of one prompt at other seeds vary less than prompts do, so calibrating on more distinct prompts tightens it. The mean and the
 worst sample are reported too. Each ladder (one order, one ``beta``) runs from its safest rung to its fastest and
 stops at the first rung below the floor, so a stricter floor measures less. Speed is
 :attr:`~diffspec.stats.SpecStats.speedup` over the samples: the plain loop's sequential transformer calls over the
@@ -84,6 +86,16 @@ def taylor_ladder(steps: int, order: int) -> list[ForecastConfig]:
     return [ForecastConfig(order=order, full_steps=n) for n in sizes]
 
 
+def distinct_conditions(samples: list[dict[str, Any]]) -> int:
+    """How many distinct call-argument dicts ``samples`` holds (they differ only in their prompt or label).
+
+    Example:
+        >>> distinct_conditions([{"prompt": ["a"]}, {"prompt": ["b"]}, {"prompt": ["a"]}])
+        2
+    """
+    return len({json.dumps(s, sort_keys=True, default=str) for s in samples})
+
+
 def _images(out: Any) -> torch.Tensor:
     data = getattr(out, "frames", None)
     data = getattr(out, "images", None) if data is None else data
@@ -104,6 +116,8 @@ class Tuner:
     def __init__(self, pipe: Any, samples: list[dict[str, Any]], cache: AutoCache, floor: float | None,
                  show_progress: bool = True, seed: int = CALIBRATION_SEED) -> None:
         self.pipe, self.samples, self.cache, self.floor, self.seed = pipe, samples, cache, floor, seed
+        self.conditions = distinct_conditions(samples)
+        """How many distinct prompts (or labels) the samples hold: the independent draws of the PSNR bound."""
         self.refused: dict[str, str] = {}
         """Method -> why the pipeline refused it (exact methods on a deterministic or unsupported scheduler)."""
         self._reference: torch.Tensor | None = None
@@ -144,8 +158,8 @@ class Tuner:
         result = {"method": config.method, "config": config.to_dict(), "exact": config.exact,
                   "psnr": None if per_sample is None else round(float(per_sample.mean()), 3),
                   "psnr_min": None if per_sample is None else round(float(per_sample.min()), 3),
-                  "psnr_bound": None if per_sample is None else round(lower_prediction_bound(per_sample.tolist(),
-                                                                                             HOLD_RATE), 3),
+                  "psnr_bound": None if per_sample is None else round(lower_prediction_bound(
+                      per_sample.tolist(), HOLD_RATE, self.conditions), 3),
                   "psnr_samples": None if per_sample is None else [round(float(v), 3) for v in per_sample],
                   "speedup": round(plain / max(calls, 1), 4), "target_calls": calls, "plain_calls": plain,
                   "evals": round(sum(s.target_evals + s.extra.get("verifier_evals", 0.0) for s in stats), 3),

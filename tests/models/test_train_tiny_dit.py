@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from train_tiny_dit import build_transformer, learning_rate, load_into  # noqa: E402
+from train_tiny_dit import build_transformer, learning_rate, load_into, sample_timesteps  # noqa: E402
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():
@@ -38,3 +38,30 @@ def test_a_wider_model_does_not_load(tmp_path):
 
 def test_the_constant_schedule_reproduces_the_shipped_runs_rate():
     assert [learning_rate(s, 5e-4, 0, 100, "constant") for s in (0, 50, 5000)] == [5e-4] * 3
+
+
+def test_training_timesteps_cover_the_range_and_logit_normal_favours_the_middle():
+    g = torch.Generator().manual_seed(0)
+    uniform, middle = sample_timesteps(20000, "uniform", g, "cpu"), sample_timesteps(20000, "logit-normal", g, "cpu")
+    for t in (uniform, middle):
+        assert t.dtype == torch.long and 0 <= int(t.min()) and int(t.max()) <= 999
+    inner = lambda t: ((t >= 250) & (t < 750)).double().mean().item()  # noqa: E731
+    assert abs(inner(uniform) - 0.5) < 0.02 and inner(middle) > 0.65
+
+
+def test_the_velocity_target_is_what_the_saved_v_prediction_sampler_inverts():
+    """A model that predicts the training target exactly lets the saved DDIM sampler recover the data."""
+    from diffusers import DDIMScheduler, DDPMScheduler
+
+    train = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02)
+    sample = DDIMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02,
+                           clip_sample=False, set_alpha_to_one=False, prediction_type="v_prediction")
+    g = torch.Generator().manual_seed(0)
+    x0, noise = torch.randn(2, 4, 16, 16, generator=g), torch.randn(2, 4, 16, 16, generator=g)
+    sample.set_timesteps(50)
+    x = noise
+    for t in sample.timesteps:
+        t_batch = torch.full((2,), int(t))
+        eps = (x - train.alphas_cumprod[t].sqrt() * x0) / (1 - train.alphas_cumprod[t]).sqrt()
+        x = sample.step(train.get_velocity(x0, eps, t_batch), t, x).prev_sample
+    torch.testing.assert_close(x, x0, atol=0.05, rtol=0)
