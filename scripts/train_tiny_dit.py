@@ -95,7 +95,8 @@ def sample_timesteps(n: int, law: str, generator: torch.Generator, device: str) 
 
 def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Tensor,
           args: argparse.Namespace) -> tuple[DiTTransformer2DModel, dict]:
-    """Epsilon-prediction training with label dropout and an EMA copy; returns the EMA model and the run's figures."""
+    """Epsilon- or velocity-prediction training (``args.prediction``) with label dropout and an EMA copy; returns the
+    EMA model and the run's figures."""
     ema = copy.deepcopy(model).eval().requires_grad_(False)
     noise_sched = DDPMScheduler(num_train_timesteps=1000, beta_schedule="linear", beta_start=1e-4, beta_end=0.02)
     snr = noise_sched.alphas_cumprod / (1 - noise_sched.alphas_cumprod)

@@ -13,8 +13,8 @@ A relaxed candidate's quality is its PSNR against the full-compute output of the
 the floor when a new item would, with 95% confidence: the lower 95% prediction bound of the per-sample PSNRs
 (:func:`~diffspec.metrics.lower_prediction_bound`, never above the worst sample) is at the floor. The bound counts
 the distinct prompts (or labels) as the independent draws, not the samples: a new item is a new prompt, and samples
-of one prompt at other seeds vary less than prompts do, so calibrating on more distinct prompts tightens it. The mean and the
-worst sample are reported too. Each ladder (one order, one ``beta``) runs from its safest rung to its fastest and
+of one prompt at other seeds vary less than prompts do, so calibrating on more distinct prompts tightens it. The
+mean and the worst sample are reported too. Each ladder (one order, one ``beta``) runs from its safest rung to its fastest and
 stops at the first rung below the floor, so a stricter floor measures less. Speed is
 :attr:`~diffspec.stats.SpecStats.speedup` over the samples: the plain loop's sequential transformer calls over the
 method's (``steps x branches / target_calls``), which does not depend on the device (it leaves out a draft's or
