@@ -27,11 +27,13 @@ NULL_CLASS = 1000  # DiTPipeline hard-codes the null (unconditional) label id
 RECORD = Path("scripts/runs/tiny_dit.json")
 
 
-def build_transformer(layers: int = 7, heads: int = 4, head_dim: int = 24) -> DiTTransformer2DModel:
-    """The tiny-dit transformer; labels are dropped by the training loop, once per sample (not per block)."""
+def build_transformer(layers: int = 7, heads: int = 4, head_dim: int = 24,
+                      patch_size: int = 2) -> DiTTransformer2DModel:
+    """The tiny-dit transformer; labels are dropped by the training loop, once per sample (not per block).
+    ``patch_size`` 1 gives 16x16 tokens per image instead of 8x8: four times the compute, the same weights."""
     model = DiTTransformer2DModel(
         num_attention_heads=heads, attention_head_dim=head_dim, in_channels=4, out_channels=4, num_layers=layers,
-        sample_size=16, patch_size=2, num_embeds_ada_norm=NULL_CLASS,
+        sample_size=16, patch_size=patch_size, num_embeds_ada_norm=NULL_CLASS,
     )
     for m in model.modules():
         if type(m).__name__ == "LabelEmbedding":
@@ -138,17 +140,17 @@ def train(model: DiTTransformer2DModel, latents: torch.Tensor, labels: torch.Ten
 
 
 @torch.no_grad()
-def evaluate(folder: Path, n: int, steps: int = 50, guidance_scale: float = 4.0) -> dict:
-    """Class accuracy and reference FID of ``n`` samples (labels cycling over the classes, seeds 0..n-1) at the
-    ``diffspec generate`` defaults: the pipeline's DDIM scheduler, 50 steps, guidance 4."""
-    pipe = DiTPipeline.from_pretrained(folder)
+def evaluate(folder: Path, n: int, steps: int = 50, guidance_scale: float = 4.0, device: str = "cpu") -> dict:
+    """Class accuracy and reference FID of ``n`` samples (labels cycling over the classes, seeds 0..n-1, CPU
+    generators) at the ``diffspec generate`` defaults: the pipeline's DDIM scheduler, 50 steps, guidance 4."""
+    pipe = DiTPipeline.from_pretrained(folder).to(device)
     pipe.set_progress_bar_config(disable=True)
     labels = torch.arange(n) % len(SHAPE_CLASSES)
     images = []
     for i in range(0, n, 100):
         gens = [torch.Generator().manual_seed(s) for s in range(i, min(n, i + 100))]
         images.append(pipe(class_labels=labels[i:i + 100].tolist(), generator=gens, num_inference_steps=steps,
-                           guidance_scale=guidance_scale, output_type="pt").images * 2 - 1)
+                           guidance_scale=guidance_scale, output_type="pt").images.cpu() * 2 - 1)
     images = torch.cat(images)
     return {"samples": n, "steps": steps, "guidance_scale": guidance_scale,
             "class_accuracy": round(class_accuracy(images, labels), 4), "reference_fid": round(reference_fid(images), 2)}
@@ -187,6 +189,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=7, help="transformer blocks (default 7; width 4 heads x 24)")
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     p.add_argument("--head-dim", type=int, default=24, help="width of a head (default 24)")
+    p.add_argument("--patch-size", type=int, choices=(1, 2), default=2,
+                   help="latent patch per token (default 2: 8x8 tokens; 1: 16x16 tokens, four times the compute)")
     p.add_argument("--steps", type=int, default=5_000, help="optimizer steps; the cosine reaches 0 here")
     p.add_argument("--minutes", type=float, default=600.0,
                    help="stop after this much wall time; the cosine then follows whichever of steps and time is further")
@@ -221,7 +225,7 @@ def main() -> None:
     t0 = time.time()
     latents, labels = encode_dataset(vae, args.data, seed=3_000_000)
     print(f"encoded {len(latents)} latents in {time.time() - t0:.0f}s; std {latents.std():.3f}", flush=True)
-    model = build_transformer(layers=args.layers, heads=args.heads, head_dim=args.head_dim).train()
+    model = build_transformer(args.layers, args.heads, args.head_dim, args.patch_size).train()
     copied = load_into(model, args.init / "transformer") if args.init is not None else 0
     ema, run = train(model.to(args.device), latents, labels, args)
     ema = ema.cpu()
@@ -235,13 +239,13 @@ def main() -> None:
                 "lr": args.lr, "lr_schedule": f"linear warm-up {args.warmup} steps, cosine to 0 at {args.steps}"
                 if args.schedule == "cosine" else f"linear warm-up {args.warmup} steps, then constant",
                 "ema": args.ema, "label_dropout": args.label_dropout, "layers": args.layers, "heads": args.heads,
-                "head_dim": args.head_dim, "min_snr": args.min_snr, "prediction": args.prediction,
-                "timesteps": args.timesteps, "device": args.device,
+                "head_dim": args.head_dim, "patch_size": args.patch_size, "min_snr": args.min_snr,
+                "prediction": args.prediction, "timesteps": args.timesteps, "device": args.device,
                 "params": sum(p.numel() for p in ema.parameters()), "stored_dtype": "float16"})
     if copied:
         run["init_blocks"] = f"{copied} blocks from {args.init}, {args.layers - copied} new as identities"
     if args.eval_samples:
-        run["eval"] = evaluate(args.out, args.eval_samples)
+        run["eval"] = evaluate(args.out, args.eval_samples, device=args.device)
     record = write_record(run, args.record, continued=args.init is not None)
     save_samples(args.out, str(args.record.with_name(args.record.stem + "_samples.png")))
     print(json.dumps(record, indent=2))

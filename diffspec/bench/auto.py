@@ -29,7 +29,7 @@ from ..api import SpeculativePipeline
 from ..metrics import psnr
 from ..pipelines.auto_cache import CACHE_ENV, AutoCache, model_fingerprint
 from ..pipelines.auto_cost import median_times
-from ..pipelines.auto_search import HOLD_RATE, Tuner
+from ..pipelines.auto_search import HOLD_RATE, TAYLOR_ORDERS, Tuner
 from .report_readers import table
 from .timing import machine_info
 
@@ -146,18 +146,33 @@ class _Model:
 def best_hand_tuned(model: _Model, floors: dict[str, float]) -> dict[str, dict[str, Any]]:
     """Per preset, the fewest-calls candidate of ``auto``'s own grid that meets the preset's floor on at least
     :data:`~diffspec.pipelines.auto_search.HOLD_RATE` of the held-out items, every candidate measured on those items
-    (an oracle: tuned on the data it is judged on, the best a user sweeping knobs by hand could pick)."""
+    (an oracle: tuned on the data it is judged on, the best a user sweeping knobs by hand could pick). Each ``taylor``
+    order is refined as ``auto`` refines it: by bisection between its fastest rung that meets the floor there and
+    the next faster rung."""
     held_out = [{**model.condition(i), **model.options} for i in range(ITEMS, ITEMS + HELD_OUT)]
     cache = AutoCache.for_settings(model_fingerprint(model.target), {"oracle": "held-out", **model.options})
-    results = Tuner(model.target, held_out, cache, floor=-math.inf, show_progress=False, seed=ITEMS).search()
+    tuner = Tuner(model.target, held_out, cache, floor=-math.inf, show_progress=False, seed=ITEMS)
+    results, steps = tuner.search(), int(model.options["num_inference_steps"])
     best = {}
     for preset, floor in floors.items():
-        rated = [{**r, "held_out_rate": sum(v >= floor for v in r["psnr_samples"]) / HELD_OUT}
-                 for r in results if not r["exact"] and r["speedup"] > 1.0]
+        tuner.meets = lambda r, floor=floor: _held_out_rate(r, floor) >= HOLD_RATE
+        found = list(results)
+        for order in TAYLOR_ORDERS:
+            rungs = {r["config"]["full_steps"]: r for r in results
+                     if r["method"] == "taylor" and r["config"]["order"] == order}
+            good = min((n for n, r in rungs.items() if tuner.meets(r)), default=steps)
+            faster = [n for n in rungs if n < good]
+            if faster:
+                found += tuner.bisect(order, good, max(faster))
+        rated = [{**r, "held_out_rate": _held_out_rate(r, floor)} for r in found if not r["exact"] and r["speedup"] > 1.0]
         ok = [r for r in rated if r["held_out_rate"] >= HOLD_RATE]
         if ok:
             best[preset] = max(ok, key=lambda r: (r["speedup"], -r["evals"]))
     return best
+
+
+def _held_out_rate(result: dict[str, Any], floor: float) -> float:
+    return sum(v >= floor for v in result["psnr_samples"]) / len(result["psnr_samples"])
 
 
 def _items(model: _Model, runner: Callable[..., Any]) -> Callable[[], Any]:

@@ -5,7 +5,9 @@ Candidates, per method (each is one generation of the calibration samples):
 - ``coupling`` and ``autospec`` at lookahead 4 and 8, where the pipeline and scheduler allow them
   (:func:`~diffspec.pipelines.prepare.check_pair`). Exact: they meet every quality target; only their speed is
   measured. Every preset considers them, ``"exact"`` only them.
-- ``taylor`` at orders 1 and 2, from 75% down to 10% of the steps in full (:data:`TAYLOR_FRACTIONS`).
+- ``taylor`` at orders 1 and 2, from 75% down to 10% of the steps in full (:data:`TAYLOR_FRACTIONS`); where a
+  ladder stops, the number of full steps between its last rung that met the floor and the first that did not is
+  found by bisection (:meth:`Tuner.bisect`).
 - ``speca``: ``tau0`` log-spaced over the verifier errors of a probe run (:func:`~diffspec.forecast.calibrate.
   tau_grid`) at each ``beta`` of :data:`SPECA_BETAS`.
 
@@ -32,7 +34,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -114,8 +117,11 @@ class Tuner:
     """
 
     def __init__(self, pipe: Any, samples: list[dict[str, Any]], cache: AutoCache, floor: float | None,
-                 show_progress: bool = True, seed: int = CALIBRATION_SEED) -> None:
+                 show_progress: bool = True, seed: int = CALIBRATION_SEED,
+                 meets: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.pipe, self.samples, self.cache, self.floor, self.seed = pipe, samples, cache, floor, seed
+        self.meets = meets or (lambda result: worst_psnr(result) >= (-math.inf if floor is None else floor))
+        """Whether a relaxed measurement meets the floor (default: its prediction bound is at ``floor``)."""
         self.conditions = distinct_conditions(samples)
         """How many distinct prompts (or labels) the samples hold: the independent draws of the PSNR bound."""
         self.refused: dict[str, str] = {}
@@ -200,9 +206,35 @@ class Tuner:
             if result is None:
                 break
             out.append(result)
-            if worst_psnr(result) < self.floor:
+            if not self.meets(result):
                 break
         return out
+
+    def bisect(self, order: int, good: int, bad: int) -> list[dict[str, Any]]:
+        """``taylor`` at ``order`` between ``good`` full steps (meets the floor) and ``bad`` (does not): the fewest
+        full steps that meet it, by bisection (the rungs of a ladder are 5-25% of the steps apart). Returns the
+        measurements made.
+
+        Example:
+            >>> tuner.bisect(order=2, good=20, bad=16)  # measures 18, then 17 or 19  # doctest: +SKIP
+        """
+        out = []
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            result = self.measure(ForecastConfig(order=order, full_steps=mid))
+            if result is None:
+                break
+            out.append(result)
+            good, bad = (mid, bad) if self.meets(result) else (good, mid)
+        return out
+
+    def taylor(self, steps: int, order: int) -> list[dict[str, Any]]:
+        """The ``taylor`` ladder at ``order``, refined by :meth:`bisect` where it stopped."""
+        rungs = self.ladder(taylor_ladder(steps, order))
+        if not rungs or self.meets(rungs[-1]):
+            return rungs
+        good = rungs[-2]["config"]["full_steps"] if len(rungs) > 1 else steps
+        return rungs + self.bisect(order, good, rungs[-1]["config"]["full_steps"])
 
     def speca_configs(self, beta: float) -> list[SpecaConfig]:
         """``speca`` at ``beta``, strictest ``tau0`` first, over the range its probe run's verifier errors span."""
@@ -220,7 +252,7 @@ class Tuner:
                 return results
             steps = int(self.samples[0]["num_inference_steps"])
             for order in TAYLOR_ORDERS:
-                results += self.ladder(taylor_ladder(steps, order))
+                results += self.taylor(steps, order)
             for beta in SPECA_BETAS:
                 results += self.ladder(self.speca_configs(beta))
             return results

@@ -65,3 +65,13 @@ def test_the_velocity_target_is_what_the_saved_v_prediction_sampler_inverts():
         eps = (x - train.alphas_cumprod[t].sqrt() * x0) / (1 - train.alphas_cumprod[t]).sqrt()
         x = sample.step(train.get_velocity(x0, eps, t_batch), t, x).prev_sample
     torch.testing.assert_close(x, x0, atol=0.05, rtol=0)
+
+
+def test_one_latent_per_token_keeps_the_weights_and_quadruples_the_tokens():
+    coarse, fine = build_transformer(layers=1, heads=2, head_dim=8), build_transformer(layers=1, heads=2, head_dim=8,
+                                                                                        patch_size=1)
+    x, t, y = torch.randn(2, 4, 16, 16), torch.tensor([10, 900]), torch.tensor([3, 1000])
+    assert fine.pos_embed.pos_embed.shape[1] == 4 * coarse.pos_embed.pos_embed.shape[1] == 256
+    assert sum(p.numel() for p in fine.parameters()) < sum(p.numel() for p in coarse.parameters())
+    with torch.no_grad():
+        assert fine(x, timestep=t, class_labels=y).sample.shape == (2, 4, 16, 16)
