@@ -29,7 +29,7 @@ from ..api import SpeculativePipeline
 from ..metrics import psnr
 from ..pipelines.auto_cache import CACHE_ENV, AutoCache, model_fingerprint
 from ..pipelines.auto_cost import median_times
-from ..pipelines.auto_search import HOLD_RATE, TAYLOR_ORDERS, Tuner
+from ..pipelines.auto_search import HOLD_RATE, Tuner
 from .report_readers import table
 from .timing import machine_info
 
@@ -45,7 +45,7 @@ HAND_TUNED = {**{m: {"taylor": {"method": "taylor"}, "speca": {"method": "speca"
 """Each model's hand-set arms (defaults: ``taylor``, ``speca``; ``sjd`` window 16, ``mc-sjd`` 64, ``draft`` k = 5).
 On the diffusion models each preset also gets its best hand-tuned arm (:func:`best_hand_tuned`), found on the
 held-out items themselves; AR image and multimodal arms are exact, so every one of them is at equal quality."""
-KNOBS = ("window", "num_draft_tokens", "full_steps", "order", "tau0", "max_tv", "draft_layers")
+KNOBS = ("window", "num_draft_tokens", "full_steps", "warmup", "order", "tau0", "max_tv", "draft_layers")
 """The knobs a table row and a verified candidate show."""
 ITEMS = 16
 """Class labels (``i % 10``), prompts or scenes of the call ``auto`` calibrates on: as many as
@@ -146,24 +146,15 @@ class _Model:
 def best_hand_tuned(model: _Model, floors: dict[str, float]) -> dict[str, dict[str, Any]]:
     """Per preset, the fewest-calls candidate of ``auto``'s own grid that meets the preset's floor on at least
     :data:`~diffspec.pipelines.auto_search.HOLD_RATE` of the held-out items, every candidate measured on those items
-    (an oracle: tuned on the data it is judged on, the best a user sweeping knobs by hand could pick). Each ``taylor``
-    order is refined as ``auto`` refines it: by bisection between its fastest rung that meets the floor there and
-    the next faster rung."""
+    (an oracle: tuned on the data it is judged on, the best a user sweeping knobs by hand could pick): every rung of
+    every ladder, and ``auto``'s own search judged on the held-out items (its bisections)."""
     held_out = [{**model.condition(i), **model.options} for i in range(ITEMS, ITEMS + HELD_OUT)]
     cache = AutoCache.for_settings(model_fingerprint(model.target), {"oracle": "held-out", **model.options})
     tuner = Tuner(model.target, held_out, cache, floor=-math.inf, show_progress=False, seed=ITEMS)
-    results, steps = tuner.search(), int(model.options["num_inference_steps"])
-    best = {}
+    grid, best = tuner.search(prune=False), {}
     for preset, floor in floors.items():
         tuner.meets = lambda r, floor=floor: _held_out_rate(r, floor) >= HOLD_RATE
-        found = list(results)
-        for order in TAYLOR_ORDERS:
-            rungs = {r["config"]["full_steps"]: r for r in results
-                     if r["method"] == "taylor" and r["config"]["order"] == order}
-            good = min((n for n, r in rungs.items() if tuner.meets(r)), default=steps)
-            faster = [n for n in rungs if n < good]
-            if faster:
-                found += tuner.bisect(order, good, max(faster))
+        found = grid + tuner.search()
         rated = [{**r, "held_out_rate": _held_out_rate(r, floor)} for r in found if not r["exact"] and r["speedup"] > 1.0]
         ok = [r for r in rated if r["held_out_rate"] >= HOLD_RATE]
         if ok:

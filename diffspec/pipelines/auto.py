@@ -73,7 +73,8 @@ def describe_choice(result: dict[str, Any]) -> str:
     if result["method"] == "none":
         return "none: the pipeline unchanged (no method that meets the target runs faster here)"
     knobs = ", ".join(f"{k}={v}" for k, v in (result["config"] or {}).items()
-                      if k in ("order", "full_steps", "tau0", "beta", "lookahead", "window", "num_draft_tokens"))
+                      if k in ("order", "full_steps", "warmup", "tau0", "beta", "lookahead", "window",
+                               "num_draft_tokens"))
     worst, bound = result.get("psnr_min"), result.get("psnr_bound")
     quality = "exact" if result["exact"] else f"{result['psnr']} dB" + (
         f" (worst sample {worst} dB, 95% of new items above {bound} dB)" if bound is not None else "")

@@ -5,9 +5,9 @@ Candidates, per method (each is one generation of the calibration samples):
 - ``coupling`` and ``autospec`` at lookahead 4 and 8, where the pipeline and scheduler allow them
   (:func:`~diffspec.pipelines.prepare.check_pair`). Exact: they meet every quality target; only their speed is
   measured. Every preset considers them, ``"exact"`` only them.
-- ``taylor`` at orders 1 and 2, from 75% down to 10% of the steps in full (:data:`TAYLOR_FRACTIONS`); where a
-  ladder stops, the number of full steps between its last rung that met the floor and the first that did not is
-  found by bisection (:meth:`Tuner.bisect`).
+- ``taylor`` at orders 1 and 2, from 75% down to 10% of the steps in full (:data:`TAYLOR_FRACTIONS`), with the
+  default warmup and front-loaded (:data:`FRONT_WARMUP`); where a ladder stops, the number of full steps between its
+  last rung that met the floor and the first that did not is found by bisection (:meth:`Tuner.bisect`).
 - ``speca``: ``tau0`` log-spaced over the verifier errors of a probe run (:func:`~diffspec.forecast.calibrate.
   tau_grid`) at each ``beta`` of :data:`SPECA_BETAS`.
 
@@ -53,6 +53,10 @@ TAYLOR_FRACTIONS = (0.75, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1)
 """Shares of the steps ``taylor`` candidates compute in full, safest first."""
 
 TAYLOR_ORDERS = (1, 2)
+FRONT_WARMUP = 0.25
+"""The share of the steps a front-loaded ``taylor`` ladder computes in full before its first forecast. The early
+steps decide a sample's layout: a forecast there can turn it into another image (on ``tiny-flux``, one prompt in
+about 30 at 11 of 28 full steps), which no later full step repairs."""
 SPECA_BETAS = (0.3, 1.0, 3.0)
 SPECA_TAUS = 5
 """``tau0`` values per ``beta``."""
@@ -77,16 +81,28 @@ def candidate_key(config: MethodConfig | dict[str, Any]) -> str:
     return json.dumps(config if isinstance(config, dict) else config.to_dict(), sort_keys=True, default=list)
 
 
-def taylor_ladder(steps: int, order: int) -> list[ForecastConfig]:
-    """``taylor`` at ``order`` from the most full steps to the fewest (each above the warmup, below ``steps``).
+def taylor_ladder(steps: int, order: int, warmup: int | None = None) -> list[ForecastConfig]:
+    """``taylor`` at ``order`` from the most full steps to the fewest (each above ``warmup``, default
+    ``ForecastConfig``'s, and below ``steps``).
 
     Example:
-        >>> [c.full_steps for c in taylor_ladder(20, 1)]
-        [15, 10, 8, 7, 5, 4]
+        >>> [c.full_steps for c in taylor_ladder(20, 1)], [c.full_steps for c in taylor_ladder(20, 1, warmup=5)]
+        ([15, 10, 8, 7, 5, 4], [15, 10, 8, 7])
     """
-    warmup = ForecastConfig().warmup
+    warmup = ForecastConfig().warmup if warmup is None else warmup
     sizes = sorted({round(steps * f) for f in TAYLOR_FRACTIONS if warmup < round(steps * f) < steps}, reverse=True)
-    return [ForecastConfig(order=order, full_steps=n) for n in sizes]
+    return [ForecastConfig(order=order, warmup=warmup, full_steps=n) for n in sizes]
+
+
+def taylor_warmups(steps: int) -> tuple[int, ...]:
+    """The warmups ``taylor`` ladders start from: ``ForecastConfig``'s default and :data:`FRONT_WARMUP` of ``steps``.
+
+    Example:
+        >>> taylor_warmups(28), taylor_warmups(50), taylor_warmups(8)
+        ((3, 7), (3, 12), (3,))
+    """
+    default = ForecastConfig().warmup
+    return tuple(sorted({default, max(default, round(steps * FRONT_WARMUP))}))
 
 
 def distinct_conditions(samples: list[dict[str, Any]]) -> int:
@@ -210,31 +226,36 @@ class Tuner:
                 break
         return out
 
-    def bisect(self, order: int, good: int, bad: int) -> list[dict[str, Any]]:
-        """``taylor`` at ``order`` between ``good`` full steps (meets the floor) and ``bad`` (does not): the fewest
-        full steps that meet it, by bisection (the rungs of a ladder are 5-25% of the steps apart). Returns the
-        measurements made.
+    def bisect(self, order: int, warmup: int, good: int, bad: int) -> list[dict[str, Any]]:
+        """``taylor`` at ``order`` and ``warmup`` between ``good`` full steps (meets the floor) and ``bad`` (does
+        not): the fewest full steps that meet it, by bisection (the rungs of a ladder are 5-25% of the steps apart).
+        Returns the measurements made.
 
         Example:
-            >>> tuner.bisect(order=2, good=20, bad=16)  # measures 18, then 17 or 19  # doctest: +SKIP
+            >>> tuner.bisect(order=2, warmup=3, good=20, bad=16)  # measures 18, then 17 or 19  # doctest: +SKIP
         """
         out = []
         while good - bad > 1:
             mid = (good + bad) // 2
-            result = self.measure(ForecastConfig(order=order, full_steps=mid))
+            result = self.measure(ForecastConfig(order=order, warmup=warmup, full_steps=mid))
             if result is None:
                 break
             out.append(result)
             good, bad = (mid, bad) if self.meets(result) else (good, mid)
         return out
 
-    def taylor(self, steps: int, order: int) -> list[dict[str, Any]]:
-        """The ``taylor`` ladder at ``order``, refined by :meth:`bisect` where it stopped."""
-        rungs = self.ladder(taylor_ladder(steps, order))
+    def taylor(self, steps: int, order: int, warmup: int | None = None,
+               below: int | None = None) -> list[dict[str, Any]]:
+        """The ``taylor`` ladder at ``order`` and ``warmup``, refined by :meth:`bisect` where it stopped; only its
+        rungs with fewer than ``below`` full steps (default ``steps``: all), the ones that can beat a choice at
+        ``below``."""
+        below = steps if below is None else below
+        rungs = self.ladder(c for c in taylor_ladder(steps, order, warmup) if c.full_steps < below)
         if not rungs or self.meets(rungs[-1]):
             return rungs
-        good = rungs[-2]["config"]["full_steps"] if len(rungs) > 1 else steps
-        return rungs + self.bisect(order, good, rungs[-1]["config"]["full_steps"])
+        good = rungs[-2]["config"]["full_steps"] if len(rungs) > 1 else below
+        last = rungs[-1]["config"]
+        return rungs + self.bisect(order, last["warmup"], good, last["full_steps"])
 
     def speca_configs(self, beta: float) -> list[SpecaConfig]:
         """``speca`` at ``beta``, strictest ``tau0`` first, over the range its probe run's verifier errors span."""
@@ -244,15 +265,20 @@ class Tuner:
             return []
         return [SpecaConfig(tau0=t, beta=beta, tau_min=0.0) for t in tau_grid(errors, SPECA_TAUS)]
 
-    def search(self) -> list[dict[str, Any]]:
-        """Measure what the floor needs; returns every measurement considered."""
+    def search(self, prune: bool = True) -> list[dict[str, Any]]:
+        """Measure what the floor needs; returns every measurement considered. With ``prune``, a ``taylor`` ladder
+        measures only the rungs with fewer full steps than the fewest that met the floor in the ladders before it."""
         try:
             results = [r for c in EXACT_CANDIDATES if (r := self.measure(c)) is not None]
             if self.floor is None:
                 return results
             steps = int(self.samples[0]["num_inference_steps"])
-            for order in TAYLOR_ORDERS:
-                results += self.taylor(steps, order)
+            fewest = steps
+            for warmup in taylor_warmups(steps):
+                for order in TAYLOR_ORDERS:
+                    found = self.taylor(steps, order, warmup, below=fewest if prune else None)
+                    fewest = min([fewest, *(r["config"]["full_steps"] for r in found if self.meets(r))])
+                    results += found
             for beta in SPECA_BETAS:
                 results += self.ladder(self.speca_configs(beta))
             return results

@@ -38,3 +38,15 @@ def test_a_ladder_that_never_fails_is_not_refined(tmp_path, monkeypatch):
     tuner, ran = fake_tuner(tmp_path, monkeypatch, fewest_passing=1)
     tuner.taylor(50, order=1)
     assert ran == [38, 25, 20, 16, 12, 10, 8, 5]
+
+
+def test_a_front_loaded_ladder_keeps_its_warmup_while_bisecting(tmp_path, monkeypatch):
+    tuner, ran = fake_tuner(tmp_path, monkeypatch, fewest_passing=18)
+    results = tuner.taylor(50, order=1, warmup=12)
+    assert ran == [38, 25, 20, 16, 18, 17] and {r["config"]["warmup"] for r in results} == {12}
+
+
+def test_a_later_ladder_measures_only_what_could_beat_the_choice_so_far(tmp_path, monkeypatch):
+    tuner, ran = fake_tuner(tmp_path, monkeypatch, fewest_passing=17)
+    results = tuner.taylor(50, order=2, warmup=12, below=18)  # 18 full steps already met the floor
+    assert ran == [16, 17] and [r["config"]["full_steps"] for r in results if tuner.meets(r)] == [17]
