@@ -46,3 +46,11 @@ def test_the_best_hand_tuned_arm_is_the_fastest_setting_meeting_the_floor_on_the
     probe = candidate_key(probe_config(SpecaConfig()))  # speca's probe run is a measurement, never a candidate
     rivals = [r for k, r in cached.items() if k != probe and not r["exact"] and min(r["psnr_samples"]) >= 5.0]
     assert loose["speedup"] == max(r["speedup"] for r in rivals) > 1.0
+
+
+def test_the_rival_of_a_preset_is_the_fastest_oracle_arm_meeting_its_floor():
+    per_item = {"best hand-tuned (balanced)": 0.08, "best hand-tuned (fast)": 0.09, "auto (fast)": 0.085}
+    floors = {"balanced": 32.0, "fast": 26.0}
+    assert auto_bench._best_rival("tiny-flux", "fast", per_item, floors) == "best hand-tuned (balanced)"
+    assert auto_bench._best_rival("tiny-flux", "balanced", per_item, floors) == "best hand-tuned (balanced)"
+    assert auto_bench._best_rival("tiny-dit", "balanced", {"best hand-tuned (fast)": 0.1}, floors) is None
