@@ -22,6 +22,7 @@ from ..api import SpeculativePipeline, methods, resolve_config, target_family
 from ..config import AutoConfig, MethodConfig
 from ..stats import SpecStats
 from .auto_cache import AutoCache, call_settings
+from .auto_cost import clock_pick
 from .auto_search import VERIFY_TOP, Tuner, best_reachable, ranked, worst_psnr
 from .prepare import bind_call
 
@@ -127,11 +128,12 @@ def tune(pipe: Any, config: AutoConfig, call: dict[str, Any], passed: dict[str, 
 
 
 def _verified(tuner: Tuner, top: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The fastest on the clock of ``top`` (passing candidates, fewest calls first), None if none beats the plain
-    pipeline there; with ``measured_speedup`` and ``verified`` (every timed candidate)."""
+    """The one of ``top`` (passing candidates, fewest calls first) the clock picks (:func:`~diffspec.pipelines.
+    auto_cost.clock_pick`), None if it does not beat the plain pipeline there; with ``measured_speedup`` and
+    ``verified`` (every timed candidate)."""
     measured = [tuner.verify(r) for r in top]
     verified = [{"config": r["config"], "speedup": r["speedup"], "measured_speedup": m} for r, m in zip(top, measured)]
-    i = max(range(len(top)), key=measured.__getitem__)
+    i = clock_pick(measured)
     return {**top[i], "measured_speedup": measured[i], "verified": verified} if measured[i] > 1.0 else None
 
 

@@ -62,6 +62,23 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+CLOCK_MARGIN = 0.05
+"""How much faster on the clock a timed candidate must run than the best-ranked one to replace it: a few timed
+samples on a loaded CPU vary by about that much, while the rank comes from every calibration sample."""
+
+
+def clock_pick(measured: list[float], margin: float = CLOCK_MARGIN) -> int:
+    """Which of the timed candidates to keep, from their measured speedups, best-ranked first: the fastest, when it
+    runs more than ``margin`` faster than the first; else the first.
+
+    Example:
+        >>> clock_pick([2.23, 2.278, 2.252]), clock_pick([1.5, 1.7, 1.6])
+        (0, 1)
+    """
+    best = max(range(len(measured)), key=measured.__getitem__)
+    return best if measured[best] > measured[0] * (1 + margin) else 0
+
+
 def median_times(calls: dict[Any, Callable[[], Any]], device: torch.device, repeats: int = COST_REPEATS,
                  warmup: int = COST_WARMUP) -> dict[Any, float]:
     """Median seconds of each call (``calls``: name -> a zero-argument call), interleaved and rotated per round,

@@ -32,7 +32,7 @@ import torch
 from ..config import MethodConfig
 from ..progress import progress
 from .auto_cache import AutoCache
-from .auto_cost import CostCurve, median_times
+from .auto_cost import CostCurve, clock_pick, median_times
 from .auto_search import candidate_key
 
 VERIFY_REPEATS = 3
@@ -130,8 +130,8 @@ class WallTuner:
         return known
 
     def choose(self, candidates: list[MethodConfig]) -> dict[str, Any]:
-        """The fastest measured of the best-predicted candidates (``method="none"`` when none is predicted to beat the
-        plain loop),
+        """Of the best-predicted candidates, the one the clock picks (:func:`~diffspec.pipelines.auto_cost.clock_pick`;
+        ``method="none"`` when none is predicted to beat the plain loop),
         with ``speedup`` (predicted), ``measured_speedup``, ``predicted_s``, ``plain_s`` (predicted, per item),
         ``overhead_s`` (per call, by method), ``cost`` (the curves) and ``calibration_s`` (seconds measured, all
         runs of this cache file together)."""
@@ -156,7 +156,7 @@ class WallTuner:
             choice = {"method": "none", "config": None, "exact": True, "speedup": 1.0, "measured_speedup": None}
         else:  # predictions rank, timed runs decide among the best predicted
             measured = {i: self.verify(candidates[i])["measured_speedup"] for i in ranked}
-            best = max(ranked, key=lambda i: measured[i])
+            best = ranked[clock_pick([measured[i] for i in ranked])]
             choice = {**results[best + 1], "measured_speedup": measured[best],
                       "verified": [{"config": candidates[i].to_dict(), "speedup": results[i + 1]["speedup"],
                                     "measured_speedup": measured[i]} for i in ranked]}
