@@ -22,8 +22,9 @@ stops at the first rung below the floor, so a stricter floor measures less. Spee
 method's (``steps x branches / target_calls``), which does not depend on the device (it leaves out a draft's or
 verifier's own cost). The candidates that meet the floor and make fewer calls than the plain loop are ranked by it
 (ties: exact first, then the least work, ``SpecStats.target_evals`` plus a verifier's, then the higher PSNR); the
-:data:`VERIFY_TOP` best ranked are timed against the plain pipeline on the device (:meth:`Tuner.verify`) and the
-fastest measured is kept: calls rank, the clock decides (a verifier's or a forecast's own cost shows there).
+:data:`VERIFY_TOP` best ranked are timed against the plain pipeline on the device (:meth:`Tuner.verify`): calls
+rank, the clock decides where one runs more than 5% faster than the best ranked (a verifier's or a forecast's own
+cost shows there; :func:`~diffspec.pipelines.auto_cost.clock_pick`).
 
 Example:
     >>> tuner = Tuner(pipe, samples, AutoCache.for_call(pipe, call), floor=32.0)  # doctest: +SKIP

@@ -10,8 +10,8 @@ grows with the tokens a call feeds, so the search (:class:`WallTuner`) measures 
    the plain loop's ``plain calls x cost(1)``.
 
 The :data:`VERIFY_TOP` candidates with the fewest predicted seconds among those that meet the quality target are
-then timed against the plain loop (interleaved, median of :data:`VERIFY_REPEATS`), and the fastest measured is
-kept: predictions rank, the clock decides. Both figures are in the choice (``speedup``: predicted,
+then timed against the plain loop (interleaved, median of :data:`VERIFY_REPEATS`): predictions rank, the clock
+decides where one runs more than 5% faster than the best predicted (:func:`~diffspec.pipelines.auto_cost.clock_pick`). Both figures are in the choice (``speedup``: predicted,
 ``measured_speedup``: timed; ``verified``: every timed candidate). Everything measured goes to the
 :class:`~diffspec.pipelines.auto_cache.AutoCache` file of the model and settings, so a second call measures nothing.
 
@@ -38,7 +38,8 @@ from .auto_search import candidate_key
 VERIFY_REPEATS = 3
 """Timed runs of a verified config and of the plain loop over the calibration items (medians compared)."""
 VERIFY_TOP = 3
-"""How many of the best-predicted candidates are timed against the plain loop; the fastest measured is kept."""
+"""How many of the best-predicted candidates are timed against the plain loop (see :func:`~diffspec.pipelines.
+auto_cost.clock_pick` for which is kept)."""
 
 
 def overheads(results: list[dict[str, Any]], explained: list[float]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from diffspec.config import AutoConfig
 from diffspec.models import load_ar_target
 from diffspec.pipelines.auto_ar import GSD_TV_CAPS, ar_candidates, relaxed_cap
 from diffspec.pipelines.auto_cache import CACHE_ENV
+from diffspec.pipelines.auto_cost import CLOCK_MARGIN, clock_pick
 from diffspec.pipelines.auto_mm import mm_candidates, rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -104,16 +105,18 @@ def test_multimodal_auto_on_tiny_vlm_picks_a_draft_length_and_the_second_call_me
     assert again.calibrate(**call)["config"] == spec.choice["config"]
 
 
-def test_the_three_best_predicted_are_timed_and_the_fastest_measured_is_kept(cache, tiny_ar):
-    """Predictions rank the candidates, the clock decides among the best three (speed itself is claimed by
-    `diffspec bench auto`, not here)."""
+def test_the_three_best_predicted_are_timed_and_the_clock_picks_beyond_its_noise(cache, tiny_ar):
+    """Predictions rank the candidates, the clock decides among the best three when one runs more than 5% faster than
+    the best predicted (speed itself is claimed by `diffspec bench auto`, not here)."""
     spec = SpeculativePipeline.from_pipe(tiny_ar, method="auto", quality="exact", samples=2)
     spec.set_progress_bar_config(disable=True)
     choice = spec.calibrate(class_labels=[0, 1])
     verified = choice["verified"]
     assert 1 <= len(verified) <= 3 and all(v["speedup"] > 1.0 for v in verified)
     assert choice["config"] in [v["config"] for v in verified]
-    assert choice["measured_speedup"] == max(v["measured_speedup"] for v in verified)
+    timed = [v["measured_speedup"] for v in verified]
+    assert choice["measured_speedup"] == timed[clock_pick(timed)]
+    assert choice["measured_speedup"] == max(timed) or max(timed) <= timed[0] * (1 + CLOCK_MARGIN)
     assert choice["speedup"] in [v["speedup"] for v in verified]
 
 
