@@ -56,8 +56,8 @@ TAYLOR_FRACTIONS = (0.75, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1)
 TAYLOR_ORDERS = (1, 2)
 FRONT_WARMUP = 0.25
 """The share of the steps a front-loaded ``taylor`` ladder computes in full before its first forecast. The early
-steps decide a sample's layout: a forecast there can turn it into another image (on ``tiny-flux``, one prompt in
-about 30 at 11 of 28 full steps), which no later full step repairs."""
+steps decide a sample's layout: a forecast there can turn it into another image, which no later full step repairs
+(``docs/auto.md``: ``tiny-flux``)."""
 SPECA_BETAS = (0.3, 1.0, 3.0)
 SPECA_TAUS = 5
 """``tau0`` values per ``beta``."""
