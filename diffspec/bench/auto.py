@@ -155,7 +155,8 @@ def best_hand_tuned(model: _Model, floors: dict[str, float]) -> dict[str, dict[s
     for preset, floor in floors.items():
         tuner.meets = lambda r, floor=floor: _held_out_rate(r, floor) >= HOLD_RATE
         found = grid + tuner.search()
-        rated = [{**r, "held_out_rate": _held_out_rate(r, floor)} for r in found if not r["exact"] and r["speedup"] > 1.0]
+        rated = [{**r, "held_out_rate": _held_out_rate(r, floor)} for r in found
+                 if not r["exact"] and r["speedup"] > 1.0]
         ok = [r for r in rated if r["held_out_rate"] >= HOLD_RATE]
         if ok:
             best[preset] = max(ok, key=lambda r: (r["speedup"], -r["evals"]))

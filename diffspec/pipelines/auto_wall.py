@@ -11,8 +11,9 @@ grows with the tokens a call feeds, so the search (:class:`WallTuner`) measures 
 
 The :data:`VERIFY_TOP` candidates with the fewest predicted seconds among those that meet the quality target are
 then timed against the plain loop (interleaved, median of :data:`VERIFY_REPEATS`): predictions rank, the clock
-decides where one runs more than 5% faster than the best predicted (:func:`~diffspec.pipelines.auto_cost.clock_pick`). Both figures are in the choice (``speedup``: predicted,
-``measured_speedup``: timed; ``verified``: every timed candidate). Everything measured goes to the
+decides where one runs more than 5% faster than the best predicted (:func:`~diffspec.pipelines.auto_cost.
+clock_pick`). Both figures are in the choice (``speedup``: predicted, ``measured_speedup``: timed; ``verified``:
+every timed candidate). Everything measured goes to the
 :class:`~diffspec.pipelines.auto_cache.AutoCache` file of the model and settings, so a second call measures nothing.
 
 Example:

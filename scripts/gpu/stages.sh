@@ -162,8 +162,11 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA')"
       dit="scripts/train_tiny_dit.py --vae diffspec/weights/tiny-dit/vae --lr 5e-4 --warmup 500 --schedule cosine \
         --steps 200000 --minutes 7 --batch-size 256 --min-snr 5 --device cuda --threads 6 --eval-samples 1000"
       timeout 580 python3 $dit --layers 5 --patch-size 1 --out "$OUT/tiny-dit-p1" --record "$OUT/tiny_dit_p1-$gpu.json" &
+      p1=$!
       timeout 580 python3 $dit --layers 6 --head-dim 32 --out "$OUT/tiny-dit-w128" --record "$OUT/tiny_dit_w128-$gpu.json" &
-      wait
+      p2=$!
+      wait $p1; r1=$?; wait $p2; r2=$?  # the stage fails when either run does
+      [ "$r1" -eq 0 ] && [ "$r2" -eq 0 ]
       ;;
     train-flux)
       timeout 150 python3 scripts/train_tiny_vae.py --data scenes --out "$OUT/scene-vae" --record "$OUT/scene_vae-$gpu.json"
