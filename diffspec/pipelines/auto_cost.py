@@ -79,14 +79,14 @@ def clock_pick(measured: list[float], margin: float = CLOCK_MARGIN) -> int:
     return best if measured[best] > measured[0] * (1 + margin) else 0
 
 
-def median_times(calls: dict[Any, Callable[[], Any]], device: torch.device, repeats: int = COST_REPEATS,
-                 warmup: int = COST_WARMUP) -> dict[Any, float]:
-    """Median seconds of each call (``calls``: name -> a zero-argument call), interleaved and rotated per round,
-    after ``warmup`` untimed rounds; ``repeats`` timed calls each.
+def interleaved_times(calls: dict[Any, Callable[[], Any]], device: torch.device, repeats: int = COST_REPEATS,
+                      warmup: int = COST_WARMUP) -> dict[Any, list[float]]:
+    """Seconds of each call (``calls``: name -> a zero-argument call), interleaved and rotated per round, after
+    ``warmup`` untimed rounds; ``repeats`` timed calls each.
 
     Example:
-        >>> sorted(median_times({1: lambda: None, 4: lambda: None}, torch.device("cpu"), repeats=2, warmup=1))
-        [1, 4]
+        >>> {k: len(v) for k, v in interleaved_times({1: lambda: None}, torch.device("cpu"), repeats=2).items()}
+        {1: 2}
     """
     names = list(calls)
     times: dict[Any, list[float]] = {k: [] for k in names}
@@ -98,7 +98,18 @@ def median_times(calls: dict[Any, Callable[[], Any]], device: torch.device, repe
             _synchronize(device)
             if r >= warmup:
                 times[k].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def median_times(calls: dict[Any, Callable[[], Any]], device: torch.device, repeats: int = COST_REPEATS,
+                 warmup: int = COST_WARMUP) -> dict[Any, float]:
+    """Median seconds of each call of :func:`interleaved_times`.
+
+    Example:
+        >>> sorted(median_times({1: lambda: None, 4: lambda: None}, torch.device("cpu"), repeats=2, warmup=1))
+        [1, 4]
+    """
+    return {k: statistics.median(v) for k, v in interleaved_times(calls, device, repeats, warmup).items()}
 
 
 def ar_call_cost(target: Any, sizes: list[int], conditions: dict[str, Any], guidance_scale: float | None,

@@ -54,3 +54,28 @@ def test_the_rival_of_a_preset_is_the_fastest_oracle_arm_meeting_its_floor():
     assert auto_bench._best_rival("tiny-flux", "fast", per_item, floors) == "best hand-tuned (balanced)"
     assert auto_bench._best_rival("tiny-flux", "balanced", per_item, floors) == "best hand-tuned (balanced)"
     assert auto_bench._best_rival("tiny-dit", "balanced", {"best hand-tuned (fast)": 0.1}, floors) is None
+
+
+def test_a_hand_set_arm_shows_its_held_out_rate_at_each_preset():
+    doc = {"suite": "auto", "runs": [
+        {"model": "tiny-flux", "method": "taylor", "config": {"method": "taylor", "order": 1},
+         "per_item_s": {"median": 0.1}, "speedup_vs_baseline": 2.2,
+         "held_out": {"rate": {"balanced": 0.62, "fast": 0.851}, "psnr": 33.0, "psnr_min": 12.0}}]}
+    assert "| balanced 0.62, fast 0.85 |" in auto_table(doc)
+
+
+def test_held_out_items_are_judged_against_full_compute_computed_once(monkeypatch):
+    monkeypatch.setattr(auto_bench, "DIT_STEPS", 6)
+    monkeypatch.setattr(auto_bench, "HELD_OUT", 2)
+    model = auto_bench._Model("tiny-dit", torch.device("cpu"))
+    taylor = model.wrap("taylor", full_steps=4)
+    taylor.disable()
+    calls = []
+    plain = model.plain(taylor)
+    monkeypatch.setattr(model, "plain", lambda spec: lambda **kw: calls.append(1) or plain(**kw))
+    with torch.inference_mode():
+        values, again = model.held_out_psnr(taylor), model.held_out_psnr(taylor)
+    assert len(calls) == 2 and values == again and all(0 < v < 100 for v in values)
+    floor = max(values)
+    assert model.held_out(taylor, {"floor": floor, "exact": False, "config": {}}) == sum(v >= floor for v in values) / 2
+    assert len(calls) == 2
