@@ -135,14 +135,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def _calibrate_auto(args: argparse.Namespace) -> int:
     from .batch.command import scheduler_class
     from .bench.calibrate import calibrate_auto
-    from .config import AutoConfig
     from .pipelines.auto import describe_choice
 
     if args.set or args.schedules or args.out is not None:
         raise UsageError("--set, --schedules and --out apply to --method speca")
     text = _text_workload(args)
     choice = calibrate_auto(args.model, quality="balanced" if args.quality is None else args.quality,
-                            steps=args.steps or 50, samples=args.samples or AutoConfig.samples,
+                            steps=args.steps or 50, samples=args.samples,
                             guidance_scale=args.guidance_scale,
                             prompts=text.get("prompts"), call_kwargs=text.get("call_kwargs"),
                             scheduler=scheduler_class(args.scheduler) if args.scheduler else None,
@@ -296,7 +295,7 @@ def _add_calibrate(sub: Any) -> None:
     cal.add_argument("--target-psnr", type=finite, default=30.0, help="mean PSNR (dB) vs full compute (default 30)")
     cal.add_argument("--steps", type=positive, default=None, help="inference steps (default: 50, or 28 for flow models)")
     cal.add_argument("--samples", type=positive, default=None,
-                     help="calibration samples (default: 8 for speca, 16 for auto)")
+                     help="calibration samples (default: 8 for speca; for auto 16, 64 on AR image models)")
     cal.add_argument("--guidance-scale", type=finite, default=4.0, help="CFG scale of the calibration runs (default 4)")
     cal.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="other speca settings (k_max=...)")
     cal.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")

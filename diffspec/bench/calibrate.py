@@ -136,7 +136,7 @@ def speca_generator(workload: Workload, seeds: list[int]) -> Generate:
 
 
 def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced", steps: int = 50,
-                   samples: int = AutoConfig.samples,
+                   samples: int | None = None,
                    guidance_scale: float | None = None, prompts: Sequence[str] | None = None,
                    call_kwargs: dict[str, Any] | None = None, scheduler: type | None = None, device: str | None = None,
                    dtype: str = "float32") -> dict[str, Any]:
@@ -146,7 +146,8 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
     Args:
         model: a shipped name or local diffusers pipeline folder, or an AR image model (``tiny-ar``: calibrated on
             its classes in turn; ``steps``, ``prompts``, ``call_kwargs`` and ``scheduler`` do not apply).
-        samples: calibration samples (default ``AutoConfig.samples``), each with the next prompt or class in turn.
+        samples: calibration samples (default: ``AutoConfig``'s for the model's family, :data:`~diffspec.config.
+            AUTO_SAMPLES`), each with the next prompt or class in turn.
         prompts: a text-conditioned pipeline's calibration prompts (default: eight varied ones, or the judged
             prompts of a shipped text-to-image model); a class-conditional pipeline is calibrated on its classes.
         call_kwargs: more call arguments (``height``, ``width``, ``num_frames``): calibrate at the size you generate.
@@ -171,12 +172,13 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
     call: dict[str, Any] = {"num_inference_steps": steps, **call_defaults(pipe), **(call_kwargs or {})}
     if guidance_scale is not None:
         call["guidance_scale"] = guidance_scale
+    count = AutoConfig(samples=samples).sample_count("diffusion")
     if "class_labels" in inspect.signature(pipe.__call__).parameters:
         classes = len(getattr(pipe, "labels", None) or {}) or 1000
-        call["class_labels"] = [i % classes for i in range(samples)]
+        call["class_labels"] = [i % classes for i in range(count)]
     else:
         judged = model_settings(pipe).get("judge")
-        call["prompt"] = list(prompts or (judged_prompts(samples) if judged else DEFAULT_PROMPTS))
+        call["prompt"] = list(prompts or (judged_prompts(count) if judged else DEFAULT_PROMPTS))
     spec = SpeculativePipeline.from_pipe(pipe, method="auto", quality=quality, samples=samples)
     try:
         return spec.calibrate(**call)
@@ -184,13 +186,14 @@ def calibrate_auto(model: str = "tiny-dit", *, quality: str | float = "balanced"
         spec.disable()
 
 
-def _calibrate_auto_ar(model: str, quality: str | float, samples: int, guidance_scale: float | None,
+def _calibrate_auto_ar(model: str, quality: str | float, samples: int | None, guidance_scale: float | None,
                        device: str | None) -> dict[str, Any]:
-    """``calibrate_auto`` on an AR image model: its first ``samples`` classes, the target's default guidance."""
+    """``calibrate_auto`` on an AR image model: its classes in turn, the target's default guidance."""
     from ..api import SpeculativePipeline
     from ..models import load_ar_target
 
     target = load_ar_target(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
     spec = SpeculativePipeline.from_pipe(target, method="auto", quality=quality, samples=samples)
     classes = int(target.model.config.num_classes)
-    return spec.calibrate(class_labels=[i % classes for i in range(samples)], guidance_scale=guidance_scale)
+    count = AutoConfig(samples=samples).sample_count("ar_image")
+    return spec.calibrate(class_labels=[i % classes for i in range(count)], guidance_scale=guidance_scale)

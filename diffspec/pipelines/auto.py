@@ -96,8 +96,9 @@ def tune(pipe: Any, config: AutoConfig, call: dict[str, Any], passed: dict[str, 
         ValueError: no method supports the pipeline; or no candidate meets the floor (the message gives the best
             reachable quality and its speedup).
     """
+    count = config.sample_count("diffusion")
     cache = AutoCache.for_call(pipe, call)
-    tuner = Tuner(pipe, calibration_samples(call, passed, config.samples), cache, config.floor, show_progress)
+    tuner = Tuner(pipe, calibration_samples(call, passed, count), cache, config.floor, show_progress)
     results = tuner.search()
     name, floor = type(pipe).__name__, config.floor
     if not results and floor is not None:

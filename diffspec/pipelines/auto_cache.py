@@ -6,7 +6,7 @@ model's fingerprint (:func:`model_fingerprint`: pipeline and transformer classes
 few of its weights) and the settings that change the result (:func:`call_settings`: resolution, frames, steps,
 guidance, scheduler class and config) and the measurement :data:`FORMAT`. Each measured candidate is written as
 soon as it is measured, under a file lock, so an interrupted calibration resumes where it stopped and a second run
-measures nothing.
+measures nothing; a measurement on fewer samples than a later calibration asks for is measured again.
 
 Example:
     >>> cache = AutoCache.for_call(pipe, {"num_inference_steps": 20})  # doctest: +SKIP

@@ -163,9 +163,10 @@ class Tuner:
         return self._reference
 
     def measure(self, config: MethodConfig) -> dict[str, Any] | None:
-        """``config``'s measurement (from the cache, else run now and stored); None when the pipeline refuses it."""
+        """``config``'s measurement (from the cache when it was made on at least as many samples, else run now and
+        stored); None when the pipeline refuses it."""
         key = candidate_key(config)
-        if (known := self.cache.measured().get(key)) is not None:
+        if (known := self.cache.measured().get(key)) is not None and known.get("samples", 0) >= len(self.samples):
             return known
         try:
             runner = SpeculativePipeline.from_pipe(self.pipe, method=config)

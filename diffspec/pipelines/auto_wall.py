@@ -37,7 +37,8 @@ from .auto_cost import CostCurve, clock_pick, median_times
 from .auto_search import candidate_key
 
 VERIFY_REPEATS = 3
-"""Timed runs of a verified config and of the plain loop over the calibration items (medians compared)."""
+"""Timed runs of a verified config and of the plain loop over the calibration items (medians compared), after one
+untimed run (:attr:`WallTuner.verify_rounds`)."""
 VERIFY_TOP = 3
 """How many of the best-predicted candidates are timed against the plain loop (see :func:`~diffspec.pipelines.
 auto_cost.clock_pick` for which is kept)."""
@@ -65,8 +66,9 @@ class WallTuner:
     plain loop's from one plain run), so the prediction of a method at one window or draft length borrows the
     bookkeeping measured at its others.
 
-    Subclasses give :meth:`measure_cost` (the cost curves), :meth:`run` (one config over the calibration items, or
-    the plain loop for None: ``calls_per_item``, ``tokens_fed``, ``wall_s`` per item and method-specific counts),
+    Subclasses set ``items`` (the calibration items) and give :meth:`measure_cost` (the cost curves), :meth:`run`
+    (one config over the calibration items, or the plain loop for None: ``calls_per_item``, ``tokens_fed``,
+    ``wall_s`` per item and method-specific counts),
     :meth:`explained` (the seconds per item the curves give for those counts) and :meth:`runners` (the plain loop
     and a config, as zero-argument calls over the items, for the check).
 
@@ -74,6 +76,10 @@ class WallTuner:
         cache: where measurements are kept (a measured candidate or cost is never measured again).
         show_progress: a progress bar over the candidates measured.
     """
+
+    items: list[Any]
+    verify_rounds = (VERIFY_REPEATS, 1)
+    """Timed and untimed runs over the calibration items of each verified config and the plain loop."""
 
     def __init__(self, cache: AutoCache, show_progress: bool = True) -> None:
         self.cache = cache
@@ -109,9 +115,11 @@ class WallTuner:
         return {name: CostCurve.from_dict(curve) for name, curve in known.items()}
 
     def measure(self, config: MethodConfig | None) -> dict[str, Any]:
-        """``config``'s counts on the calibration items, None: the plain loop's (from the cache, else run now)."""
+        """``config``'s counts on the calibration items, None: the plain loop's (from the cache when measured on at
+        least as many items, else run now)."""
         key = "plain" if config is None else candidate_key(config)
-        if (known := self.cache.measured().get(key)) is None:
+        known = self.cache.measured().get(key)
+        if known is None or known.get("samples", 0) < len(self.items):
             head = {"method": "plain", "config": None, "exact": True} if config is None else \
                 {"method": config.method, "config": config.to_dict(), "exact": config.exact}
             known = {**head, **self._timed(lambda: self.run(config))}
@@ -121,13 +129,14 @@ class WallTuner:
     def verify(self, config: MethodConfig) -> dict[str, float]:
         """One timed run of ``config`` against the plain loop over the calibration items (cached)."""
         name = f"verified {candidate_key(config)}"
-        if (known := self.cache.note(name)) is None:
+        known = self.cache.note(name)
+        if known is None or known.get("samples", 0) < len(self.items):
             plain, chosen = self.runners(config)
             device = torch.device(self.cache.settings.get("device", "cpu"))
-            times = self._timed(lambda: median_times({"plain": plain, "chosen": chosen}, device,
-                                                     repeats=VERIFY_REPEATS, warmup=1))
+            repeats, warmup = self.verify_rounds
+            times = self._timed(lambda: median_times({"plain": plain, "chosen": chosen}, device, repeats, warmup))
             known = {"plain_s": round(times["plain"], 5), "chosen_s": round(times["chosen"], 5),
-                     "measured_speedup": round(times["plain"] / times["chosen"], 3)}
+                     "measured_speedup": round(times["plain"] / times["chosen"], 3), "samples": len(self.items)}
             self.cache.put_note(name, known)
         return known
 

@@ -8,7 +8,7 @@ import pytest
 
 from diffspec.api import SpeculativePipeline
 from diffspec.bench.calibrate import calibrate_auto
-from diffspec.config import AutoConfig
+from diffspec.config import AUTO_SAMPLES, AutoConfig
 
 
 @pytest.fixture
@@ -38,6 +38,8 @@ def test_more_samples_than_classes_cycle_the_classes(calls, model):
     assert calls[0]["class_labels"] == [i % 10 for i in range(16)] and calls[0]["samples"] == 16
 
 
-def test_the_default_is_auto_configs_samples(calls):
-    calibrate_auto("tiny-dit", steps=4, device="cpu")
-    assert calls[0]["samples"] == AutoConfig.samples == len(calls[0]["class_labels"])
+@pytest.mark.parametrize(("model", "family"), [("tiny-dit", "diffusion"), ("tiny-ar", "ar_image")])
+def test_the_default_is_auto_configs_samples_for_the_family(calls, model, family):
+    calibrate_auto(model, steps=4, device="cpu")
+    count = AutoConfig().sample_count(family)
+    assert calls[0]["samples"] is None and len(calls[0]["class_labels"]) == count == AUTO_SAMPLES[family]

@@ -192,9 +192,11 @@ def test_cli_generate_records_the_chosen_method_and_calibrate_is_its_explicit_fo
     files = set(cache.glob("*.json"))
     assert main(["generate", "--method", "auto", "--quality", "5", "--class-labels", "circle,square",
                  "--guidance-scale", "4", "--out", str(tmp_path / "out"), *args]) == 0
-    assert set(cache.glob("*.json")) == files  # the same settings: the calibration's measurements
+    assert set(cache.glob("*.json")) == files  # the same settings: the calibration's file
     records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
     chosen = json.loads(next(iter(files)).read_text())
+    relaxed = [m for m in chosen["measured"].values() if not m["exact"]]  # 4 calibration samples measured again on 16
+    assert relaxed and {m["samples"] for m in relaxed} == {AutoConfig().sample_count("diffusion")} == {16}
     assert {r["method"] for r in records} <= {"taylor", "speca"} and records[0]["config"]["method"] == records[0]["method"]
     assert chosen["settings"]["num_inference_steps"] == 6
     assert main(["generate", "--method", "taylor", "--quality", "fast", "--class-labels", "circle",

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from diffspec import SpeculativePipeline
-from diffspec.config import AutoConfig
+from diffspec.config import AUTO_SAMPLES, AutoConfig
 from diffspec.models import load_ar_target
 from diffspec.pipelines.auto_ar import GSD_TV_CAPS, ar_candidates, relaxed_cap
 from diffspec.pipelines.auto_cache import CACHE_ENV
-from diffspec.pipelines.auto_cost import CLOCK_MARGIN, clock_pick
+from diffspec.pipelines.auto_cost import CLOCK_MARGIN, CostCurve, clock_pick
 from diffspec.pipelines.auto_mm import mm_candidates, rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -79,6 +79,21 @@ def test_exact_on_tiny_ar_picks_an_exact_method_reports_both_speedups_and_the_se
     again = SpeculativePipeline.from_pipe(tiny_ar, method="auto", quality="exact", samples=1)  # a new process alike
     again.set_progress_bar_config(disable=True)
     assert again.calibrate(class_labels=[5])["config"] == choice["config"]  # other labels, same settings
+
+
+def test_ar_calibrates_on_64_images_unless_told_and_measures_again_for_more(tiny_ar, cache, monkeypatch):
+    from diffspec.pipelines import auto_ar
+
+    runs = []
+    monkeypatch.setattr(auto_ar.ARTuner, "run", lambda self, config: runs.append(len(self.items)) or {
+        "calls_per_item": 10.0, "tokens_fed": 1 if config is None else 9, "wall_s": 0.01, "samples": len(self.items)})
+    monkeypatch.setattr(auto_ar.ARTuner, "measure_cost", lambda self, configs: {"target": CostCurve({1: 0.01})})
+    monkeypatch.setattr(auto_ar.ARTuner, "runners", lambda self, config: (lambda: None, lambda: None))
+    for samples in (4, 2, None):
+        SpeculativePipeline.from_pipe(tiny_ar, method="auto", quality="exact", samples=samples).calibrate(
+            class_labels=[1, 2])
+    candidates = len(ar_candidates(tiny_ar.num_tokens, None)) + 1  # and the plain loop
+    assert runs == [4] * candidates + [AUTO_SAMPLES["ar_image"]] * candidates  # 2 reuses what 4 measured
 
 
 def test_bad_inputs_are_refused(tiny_ar, cache):
