@@ -9,7 +9,8 @@ bisection, the prediction-bound rule) on those items' measurements, and judges t
 
 - ``held``: the share of the other items meeting the floor (the preset asks for 95%);
 - ``vs_oracle_calls`` / ``vs_oracle_wall``: the choice's speed over the oracle's, the setting with the fewest calls
-  (or the least measured time) meeting the floor on at least 95% of those same items.
+  (or the least time) meeting the floor on at least 95% of those same items; time from a fit of the measured
+  seconds (:func:`fitted_seconds`).
 
 The replay ranks by calls and leaves out the clock check of the top three (``auto``'s last step); a ``speca``
 ladder uses the pool's ``tau0`` grid, not one probed on the calibration set. Timings are one pass over the pool per
@@ -104,10 +105,11 @@ def measure_grid(model: _Model, samples: list[dict[str, Any]], configs: list[Any
 class Replay(Tuner):
     """``auto``'s search on a subset of the pool, every measurement read from the grid."""
 
-    def __init__(self, grid: dict[str, Any], chosen: np.ndarray, conditions: list[str], floor: float) -> None:
+    def __init__(self, grid: dict[str, Any], chosen: np.ndarray, conditions: list[str], floor: float,
+                 coverage: float = HOLD_RATE) -> None:
         super().__init__(None, [{"num_inference_steps": grid["steps"]}], AutoCache(Path("/dev/null"), {}, {}),
                          floor=floor, show_progress=False)
-        self.grid, self.chosen = grid, chosen
+        self.grid, self.chosen, self.coverage = grid, chosen, coverage
         self.conditions = len({conditions[i] for i in chosen})
         self.missing = 0
 
@@ -118,7 +120,7 @@ class Replay(Tuner):
             return None
         values = np.asarray(full["psnr_samples"])[self.chosen]
         return {**full, "psnr": float(values.mean()), "psnr_min": float(values.min()),
-                "psnr_bound": lower_prediction_bound(values.tolist(), HOLD_RATE, self.conditions)}
+                "psnr_bound": lower_prediction_bound(values.tolist(), self.coverage, self.conditions)}
 
     def speca_configs(self, beta: float) -> list[Any]:
         from diffspec.config import SpecaConfig
@@ -127,20 +129,30 @@ class Replay(Tuner):
                 for key in self.grid["speca"][beta]]
 
 
+def fitted_seconds(results: list[dict[str, Any]], steps: int) -> np.ndarray:
+    """Each setting's seconds for the pool from a least-squares fit, ``seconds = a[method] + b * full calls per
+    item``: one pass per setting on a shared CPU varies by about 10%, the fit by far less."""
+    full = np.asarray([steps / r["speedup"] for r in results])
+    methods = sorted({r["method"] for r in results})
+    x = np.column_stack([[r["method"] == m for r in results] for m in methods] + [full]).astype(float)
+    coef = np.linalg.lstsq(x, np.asarray([r["seconds"] for r in results]), rcond=None)[0]
+    return x @ coef
+
+
 def replay(grid: dict[str, Any], conditions: list[str], floor: float, samples: int, draws: int,
-           seed: int = 0) -> dict[str, Any]:
+           coverage: float = HOLD_RATE, seed: int = 0) -> dict[str, Any]:
     """``draws`` calibration sets of ``samples`` pool items: ``auto``'s choice on each, judged on the rest."""
     results = list(grid["results"].values())
     psnr = np.asarray([r["psnr_samples"] for r in results])
     speed = np.asarray([r["speedup"] for r in results])
-    wall = np.asarray([r["seconds"] for r in results])
+    wall = fitted_seconds(results, grid["steps"])
     index = {candidate_key(r["config"]): i for i, r in enumerate(results)}
     rng = np.random.default_rng(seed)
     held, calls_ratio, wall_ratio, missing, picks = [], [], [], 0, {}
     for _ in range(draws):
         chosen = rng.choice(psnr.shape[1], samples, replace=False)
         rest = np.setdiff1d(np.arange(psnr.shape[1]), chosen)
-        tuner = Replay(grid, chosen, conditions, floor)
+        tuner = Replay(grid, chosen, conditions, floor, coverage)
         best = ranked(tuner.search(), floor)
         missing += tuner.missing
         rate = (psnr[:, rest] >= floor).mean(axis=1)
@@ -152,7 +164,7 @@ def replay(grid: dict[str, Any], conditions: list[str], floor: float, samples: i
         held.append(rate[pick])
         calls_ratio.append(speed[pick] / speed[ok].max())
         wall_ratio.append(wall[ok].min() / wall[pick])
-    return {"samples": samples, "draws": draws, "chose": len(held), "missing_lookups": missing,
+    return {"samples": samples, "coverage": coverage, "draws": draws, "chose": len(held), "missing_lookups": missing,
             "held": _spread(held), "held_at_least_95": round(float(np.mean(np.asarray(held) >= HOLD_RATE)), 3),
             "vs_oracle_calls": _spread(calls_ratio), "vs_oracle_wall": _spread(wall_ratio),
             "vs_oracle_wall_at_least_0_9": round(float(np.mean(np.asarray(wall_ratio) >= 0.9)), 3),
@@ -182,6 +194,7 @@ def main() -> None:
     parser.add_argument("--highest", type=int, default=None, help="most full steps measured (default: steps / 2)")
     parser.add_argument("--samples", default="16,32", help="calibration set sizes replayed")
     parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--coverage", default=str(HOLD_RATE), help="prediction-bound coverages replayed")
     parser.add_argument("--cache", type=Path, default=None, help="measurement cache (default: /tmp)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -193,18 +206,20 @@ def main() -> None:
     cache = args.cache or Path(f"/tmp/auto-rule-{args.model}-{args.pool}.json")
     grid = {"steps": steps, **measure_grid(model, samples, taylor_grid(steps, lowest, highest), cache)}
     conditions = [json.dumps(s, sort_keys=True, default=str) for s in samples]
-    study = {p: [replay(grid, conditions, QUALITY_PRESETS[p], int(n), args.draws) for n in args.samples.split(",")]
-             for p in PRESETS}
+    study = {p: [replay(grid, conditions, QUALITY_PRESETS[p], int(n), args.draws, float(c))
+                 for c in args.coverage.split(",") for n in args.samples.split(",")] for p in PRESETS}
     doc = {"suite": "auto-rule-study", "machine": machine_info(torch.device("cpu")),
            "model": {"name": args.model, "weights": "trained"},
            "workload": {"pool": args.pool, "pool_start": POOL_START, "call": model.options, "draws": args.draws,
                         "full_steps_measured": [lowest, highest], "settings": len(grid["results"]),
                         "plain_seconds": round(grid["plain_seconds"], 2)},
            "study": study,
-           "settings": {_label(r): {"speedup": r["speedup"], "seconds": round(r["seconds"], 2),
+           "settings": {_label(r): {"speedup": r["speedup"], "seconds": round(r["seconds"], 2), "fitted_seconds":
+                                    round(float(fit), 2),
                                     "pool_rate": {p: round(float(np.mean(np.asarray(r["psnr_samples"])
                                                                        >= QUALITY_PRESETS[p])), 3) for p in PRESETS}}
-                        for r in grid["results"].values()},
+                        for r, fit in zip(grid["results"].values(), fitted_seconds(list(grid["results"].values()),
+                                                                                  steps))},
            "notes": [__doc__.split("\n\n")[1].replace("\n", " ")]}
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(study, indent=1))
