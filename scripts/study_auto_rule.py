@@ -33,7 +33,7 @@ import torch
 
 from diffspec.bench.auto import HELD_OUT, ITEMS, _Model
 from diffspec.bench.timing import machine_info
-from diffspec.config import QUALITY_PRESETS, ForecastConfig
+from diffspec.config import QUALITY_PRESETS, ForecastConfig, SpecaConfig
 from diffspec.metrics import lower_prediction_bound
 from diffspec.pipelines.auto_cache import AutoCache
 from diffspec.pipelines.auto_search import (
@@ -77,8 +77,8 @@ def measure_grid(model: _Model, samples: list[dict[str, Any]], configs: list[Any
     """Every config measured on every pool item (resumable through ``cache``), with its seconds for the pool."""
     tuner = Tuner(model.target, samples, AutoCache(cache, {}, {}), floor=-math.inf, show_progress=True,
                   seed=POOL_START)
-    seconds = json.loads(cache.with_suffix(".seconds.json").read_text()) if cache.with_suffix(
-        ".seconds.json").exists() else {}
+    stored = cache.with_suffix(".seconds.json")
+    seconds = json.loads(stored.read_text()) if stored.exists() else {}
 
     def timed(key: str, run: Any) -> Any:
         if key not in seconds:
@@ -86,7 +86,7 @@ def measure_grid(model: _Model, samples: list[dict[str, Any]], configs: list[Any
             with torch.inference_mode():
                 run()
             seconds[key] = time.perf_counter() - start
-            cache.with_suffix(".seconds.json").write_text(json.dumps(seconds))
+            stored.write_text(json.dumps(seconds))
         return seconds[key]
 
     timed("plain", tuner.reference)
@@ -123,8 +123,6 @@ class Replay(Tuner):
                 "psnr_bound": lower_prediction_bound(values.tolist(), self.coverage, self.conditions)}
 
     def speca_configs(self, beta: float) -> list[Any]:
-        from diffspec.config import SpecaConfig
-
         return [SpecaConfig(**{k: v for k, v in json.loads(key).items() if k != "method"})
                 for key in self.grid["speca"][beta]]
 

@@ -64,6 +64,8 @@ DIT_STEPS = 50
 class _Model:
     """One model's workload: calibration call, timed items (one call each), held-out quality check."""
 
+    _full: list[Any] | None = None
+
     def __init__(self, name: str, device: torch.device) -> None:
         self.name, self.device = name, device
         if name in DIFFUSION_MODELS:
@@ -151,7 +153,7 @@ class _Model:
 
     def full_held_out(self, spec: Any) -> list[Any]:
         """The full-compute outputs of the held-out items (computed once)."""
-        if not hasattr(self, "_full"):
+        if self._full is None:
             self._full = [self.one(self.plain(spec), i) for i in range(ITEMS, ITEMS + HELD_OUT)]
         return self._full
 
@@ -323,7 +325,7 @@ def auto_table(doc: dict[str, Any]) -> str:
         return lambda run: (run.get("auto") or {}).get(key, "")
 
     def held_out(run: dict[str, Any]) -> Any:
-        rate = (run.get("auto") or run.get("held_out") or {}).get("held_out_rate" if "auto" in run else "rate", "")
+        rate = run["auto"]["held_out_rate"] if "auto" in run else (run.get("held_out") or {}).get("rate", "")
         return ", ".join(f"{p} {r:.2f}" for p, r in rate.items()) if isinstance(rate, dict) else rate
 
     return table(doc["runs"], [

@@ -101,11 +101,10 @@ class ARTuner(WallTuner):
         super().__init__(cache, show_progress)
         self.target, self.items, self.guidance_scale, self.sampling = target, items, guidance_scale, sampling
 
-    @property
-    def verify_rounds(self) -> tuple[int, int]:  # type: ignore[override]
+    def verify_rounds(self) -> tuple[int, int]:
         """From 32 images on, one timed run each and no warm-up: the candidates and the plain loop have just run
         over the same images, and one run over many images averages out what repeats over a few would."""
-        return (1, 0) if len(self.items) >= 32 else WallTuner.verify_rounds
+        return (1, 0) if len(self.items) >= 32 else super().verify_rounds()
 
     def measure_cost(self, configs: list[MethodConfig]) -> dict[str, CostCurve]:
         n = self.target.num_tokens

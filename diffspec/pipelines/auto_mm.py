@@ -188,8 +188,8 @@ class MultimodalAutoPipeline(AutoPipeline):
         model = {"target": type(self.pipe).__name__, "config": digest(self.pipe.config.to_dict()),
                  "weights": weights_digest(self.pipe), "drafter": weights_digest(self.drafter)}
         cache = AutoCache.for_settings(model, self.settings(args, kwargs))
-        tuner = MultimodalTuner(self.pipe, self.processor, self.drafter, rows(inputs, self.auto_config.sample_count("multimodal")),
-                                options, cache, show_progress)
+        items = rows(inputs, self.auto_config.sample_count("multimodal"))
+        tuner = MultimodalTuner(self.pipe, self.processor, self.drafter, items, options, cache, show_progress)
         choice = tuner.choose(mm_candidates(num_layers(self.pipe), self.drafter is not None))
         return {**choice, "quality": self.auto_config.quality, "floor": self.auto_config.floor}
 

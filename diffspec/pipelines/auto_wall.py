@@ -38,7 +38,7 @@ from .auto_search import candidate_key
 
 VERIFY_REPEATS = 3
 """Timed runs of a verified config and of the plain loop over the calibration items (medians compared), after one
-untimed run (:attr:`WallTuner.verify_rounds`)."""
+untimed run (:meth:`WallTuner.verify_rounds`)."""
 VERIFY_TOP = 3
 """How many of the best-predicted candidates are timed against the plain loop (see :func:`~diffspec.pipelines.
 auto_cost.clock_pick` for which is kept)."""
@@ -78,8 +78,6 @@ class WallTuner:
     """
 
     items: list[Any]
-    verify_rounds = (VERIFY_REPEATS, 1)
-    """Timed and untimed runs over the calibration items of each verified config and the plain loop."""
 
     def __init__(self, cache: AutoCache, show_progress: bool = True) -> None:
         self.cache = cache
@@ -98,6 +96,10 @@ class WallTuner:
 
     def runners(self, config: MethodConfig) -> tuple[Callable[[], Any], Callable[[], Any]]:
         raise NotImplementedError
+
+    def verify_rounds(self) -> tuple[int, int]:
+        """Timed and untimed runs over the calibration items of each verified config and of the plain loop."""
+        return VERIFY_REPEATS, 1
 
     def _timed(self, work: Callable[[], Any]) -> Any:
         start = time.perf_counter()
@@ -133,7 +135,7 @@ class WallTuner:
         if known is None or known.get("samples", 0) < len(self.items):
             plain, chosen = self.runners(config)
             device = torch.device(self.cache.settings.get("device", "cpu"))
-            repeats, warmup = self.verify_rounds
+            repeats, warmup = self.verify_rounds()
             times = self._timed(lambda: median_times({"plain": plain, "chosen": chosen}, device, repeats, warmup))
             known = {"plain_s": round(times["plain"], 5), "chosen_s": round(times["chosen"], 5),
                      "measured_speedup": round(times["plain"] / times["chosen"], 3), "samples": len(self.items)}
